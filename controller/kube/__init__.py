@@ -1,0 +1,1 @@
+"""Kubernetes I/O only: rule watch, status writes, events, leases, scale subresource."""

@@ -1,0 +1,1 @@
+"""The Prometheus registry and collectors (built with the operator)."""

@@ -1,0 +1,586 @@
+"""decide(): a pure function from (spec, observations, current replicas, memory, now) to a replica count.
+
+No I/O and no clock of its own. The order of the steps, each documented in docs/policy.md:
+
+1. paused -> keep current;
+2. a failed poll -> keep current (or scale up on what the sources that answered say), and after
+   `fallback.failureThreshold` failures in a row, the fallback (hold, or raise to a fixed count);
+3. the raw need: count / targetPerReplica, or with `throughputPerReplica` the rate formula
+   arrivals/throughput + backlog/(throughput * drainTime); `lookahead` projects a growing backlog forward;
+4. tolerance: a need within `tolerance` of current keeps current;
+5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
+6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down);
+7. cooldowns (no scale-up within scaleUp.cooldown of the last scale-up; no scale-down within scaleDown.cooldown
+   of the last scale in either direction);
+8. step limits (HPA behavior policies: Pods / Percent per period, selectPolicy);
+9. bounds: [minReplicas, maxReplicas] narrowed by active schedules. Constraints always win.
+
+The memory is what must survive a restart (it lives in the rule's status): recommendation runs, scale events,
+last scale times, when the queue went inactive, and consecutive failures. It changes only when one of those does,
+so an operator writes status only when something happened.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+from controller.spec import DirectionPolicy, QueueScalerSpec, format_duration
+
+
+class Reason(StrEnum):
+    """Why the desired count is what it is; machine-readable, used in conditions, events and metrics."""
+
+    SCALED_UP = "ScaledUp"
+    SCALED_DOWN = "ScaledDown"
+    ACTIVATED_FROM_ZERO = "ActivatedFromZero"
+    SCALED_TO_ZERO = "ScaledToZero"
+    HELD_BY_COOLDOWN = "HeldByCooldown"
+    HELD_BY_STABILIZATION = "HeldByStabilization"
+    LIMITED_BY_STEP = "LimitedByStep"
+    AT_MAXIMUM = "AtMaximum"
+    AT_MINIMUM = "AtMinimum"
+    WITHIN_TOLERANCE = "WithinTolerance"
+    STEADY = "Steady"
+    INACTIVE = "Inactive"
+    PENDING_SCALE_TO_ZERO = "PendingScaleToZero"
+    POLL_FAILED = "PollFailed"
+    FALLBACK = "Fallback"
+    PAUSED = "Paused"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Observations
+
+
+@dataclass(frozen=True)
+class SourceError:
+    """Why a source gave no count: `code` is the queue service's own (e.g. Azure's QueueNotFound)."""
+
+    code: str
+    message: str
+    retryable: bool = True
+
+
+@dataclass(frozen=True)
+class SourceReading:
+    """One source's answer to one poll: a count, or an error."""
+
+    count: int | None
+    error: SourceError | None = None
+    note: str = ""  # e.g. "visible count unknown: 32 or more, used the approximate count"
+
+    @classmethod
+    def of(cls, count: int, note: str = "") -> SourceReading:
+        return cls(count=count, note=note)
+
+    @classmethod
+    def failed(cls, code: str, message: str, *, retryable: bool = True) -> SourceReading:
+        return cls(count=None, error=SourceError(code, message, retryable))
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Every source's reading at one poll, in the order of `spec.sources`."""
+
+    time: float
+    readings: tuple[SourceReading, ...]
+
+    @property
+    def failed(self) -> bool:
+        return not self.readings or any(r.error is not None for r in self.readings)
+
+    def total(self, spec: QueueScalerSpec) -> float | None:
+        """Weighted sum or max over the sources that answered; None when none did."""
+        weighted = [
+            r.count * source.weight
+            for r, source in zip(self.readings, spec.sources, strict=False)
+            if r.count is not None
+        ]
+        if not weighted:
+            return None
+        return max(weighted) if spec.aggregation == "max" else sum(weighted)
+
+
+def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float) -> float | None:
+    """Least-squares slope of the total count (messages/s) over the trend window; None with too few points."""
+    start = now - spec.policy.trend_window
+    points = [(o.time, total) for o in observations if o.time >= start and (total := o.total(spec)) is not None]
+    if len(points) < 2:
+        return None
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_c = sum(c for _, c in points) / len(points)
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
+    if spread <= 0:
+        return None
+    return sum((t - mean_t) * (c - mean_c) for t, c in points) / spread
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Memory
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """From `since` until the next recommendation, the policy recommended `replicas`."""
+
+    since: float
+    replicas: int
+
+
+@dataclass(frozen=True)
+class ScaleEvent:
+    time: float
+    from_replicas: int
+    to_replicas: int
+
+
+@dataclass(frozen=True)
+class ScalingMemory:
+    """What a rule remembers between ticks; round-trips through plain JSON."""
+
+    recommendations: tuple[Recommendation, ...] = ()
+    scale_events: tuple[ScaleEvent, ...] = ()
+    last_scale_up: float | None = None
+    last_scale_down: float | None = None
+    inactive_since: float | None = None
+    consecutive_failures: int = 0
+
+    def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
+        """The memory after the target was really scaled (call only once the write succeeded)."""
+        if to_replicas == from_replicas:
+            return self
+        event = ScaleEvent(now, from_replicas, to_replicas)
+        if to_replicas > from_replicas:
+            return replace(self, scale_events=(*self.scale_events, event), last_scale_up=now)
+        return replace(self, scale_events=(*self.scale_events, event), last_scale_down=now)
+
+    @property
+    def last_scale(self) -> float | None:
+        times = [t for t in (self.last_scale_up, self.last_scale_down) if t is not None]
+        return max(times) if times else None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "recommendations": [[r.since, r.replicas] for r in self.recommendations],
+            "scaleEvents": [[e.time, e.from_replicas, e.to_replicas] for e in self.scale_events],
+            "lastScaleUp": self.last_scale_up,
+            "lastScaleDown": self.last_scale_down,
+            "inactiveSince": self.inactive_since,
+            "consecutiveFailures": self.consecutive_failures,
+        }
+
+    @classmethod
+    def from_json(cls, data: object) -> ScalingMemory:
+        """Rebuild from `to_json()` output; raises ValueError on anything else."""
+        if not isinstance(data, Mapping):
+            raise ValueError("memory must be an object")
+        try:
+            return cls(
+                recommendations=tuple(
+                    Recommendation(_number(since), _whole(replicas))
+                    for since, replicas in _rows(data.get("recommendations"), 2)
+                ),
+                scale_events=tuple(
+                    ScaleEvent(_number(t), _whole(a), _whole(b)) for t, a, b in _rows(data.get("scaleEvents"), 3)
+                ),
+                last_scale_up=_time(data.get("lastScaleUp")),
+                last_scale_down=_time(data.get("lastScaleDown")),
+                inactive_since=_time(data.get("inactiveSince")),
+                consecutive_failures=_whole(data.get("consecutiveFailures", 0)),
+            )
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"memory is not valid: {exc}") from None
+
+
+def _rows(value: object, width: int) -> list[list[object]]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(row, list) and len(row) == width for row in value):
+        raise ValueError(f"expected a list of {width}-item lists")
+    return value
+
+
+def _whole(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer() or value < 0:
+        raise ValueError(f"expected a whole number >= 0, got {value!r}")
+    return int(value)
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"expected a time in seconds, got {value!r}")
+    return float(value)
+
+
+def _time(value: object) -> float | None:
+    return None if value is None else _number(value)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Decision
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Effective [minimum, maximum] at a moment: the spec's, narrowed by active schedules."""
+
+    minimum: int
+    maximum: int
+    schedules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Decision:
+    desired: int
+    current: int
+    reason: Reason
+    message: str
+    memory: ScalingMemory
+    count: float | None = None  # aggregated count the decision used
+    trend: float | None = None  # messages per second
+    recommended: int | None = None  # what the count alone asked for, before windows, cooldowns, limits, bounds
+    active: bool = False
+    fallback: bool = False
+    bounds: Bounds = field(default_factory=lambda: Bounds(0, 0))
+
+    @property
+    def direction(self) -> int:
+        return (self.desired > self.current) - (self.desired < self.current)
+
+
+def effective_bounds(spec: QueueScalerSpec, now: float) -> Bounds:
+    """Schedules cap the maximum and raise the minimum; a raise wins over a cap (availability first)."""
+    active = [s for s in spec.schedules if s.is_active(now)]
+    minimum, maximum = spec.min_replicas, spec.max_replicas
+    caps = [s.max_replicas for s in active if s.max_replicas is not None]
+    raises = [s.min_replicas for s in active if s.min_replicas is not None]
+    if caps:
+        maximum = min(maximum, *caps)
+    if raises:
+        minimum = max(minimum, *raises)
+    maximum = max(maximum, minimum)
+    return Bounds(minimum, maximum, tuple(s.name for s in active))
+
+
+def raw_need(spec: QueueScalerSpec, count: float, slope: float | None, current: int) -> float:
+    """Replicas the count asks for, unrounded, before tolerance and limits."""
+    policy = spec.policy
+    projected = count
+    if policy.lookahead > 0 and slope is not None and slope > 0:
+        # Pods started now only help after they start: size for the backlog they will find.
+        projected = count + slope * policy.lookahead
+    throughput = policy.throughput_per_replica
+    if throughput is None:
+        return projected / policy.target_per_replica
+    # Rate-aware sizing: c >= arrivals/mu + backlog/(mu * drainTime). The count alone cannot separate arrivals
+    # from completions; while at least one message per replica is counted, every replica is taken to be busy,
+    # so completions ~= mu * current and arrivals ~= slope + mu * current.
+    change = slope or 0.0
+    saturated = current > 0 and count >= current
+    arrivals = max(0.0, change + throughput * current) if saturated else max(0.0, change)
+    return arrivals / throughput + projected / (throughput * policy.drain_time)
+
+
+def decide(
+    spec: QueueScalerSpec,
+    observation: Observation,
+    history: Sequence[Observation],
+    current: int,
+    memory: ScalingMemory,
+    now: float,
+    *,
+    paused: bool = False,
+) -> Decision:
+    """The replica count for this tick, why, and the memory to keep. `history` holds earlier observations."""
+    bounds = effective_bounds(spec, now)
+    count = observation.total(spec)
+    slope = trend(spec, [*history, observation], now)
+    base = Decision(
+        desired=current, current=current, reason=Reason.STEADY, message="", memory=memory,
+        count=count, trend=slope, bounds=bounds,
+    )
+
+    if paused:
+        return replace(base, reason=Reason.PAUSED, message=f"paused: holding {current} replicas")
+
+    if observation.failed:
+        return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope)
+
+    assert count is not None
+    memory = replace(memory, consecutive_failures=0)
+    return _on_count(spec, base, current, memory, now, bounds, count, slope)
+
+
+def _on_failure(
+    spec: QueueScalerSpec,
+    observation: Observation,
+    base: Decision,
+    current: int,
+    memory: ScalingMemory,
+    now: float,
+    bounds: Bounds,
+    count: float | None,
+    slope: float | None,
+) -> Decision:
+    failures = memory.consecutive_failures + 1
+    memory = replace(memory, consecutive_failures=failures)
+    errors = [r.error for r in observation.readings if r.error is not None]
+    what = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no source answered"
+    fallback = spec.fallback
+    if failures >= fallback.failure_threshold:
+        floor = max(current, fallback.replicas or 0) if fallback.mode == "fixed" else current
+        desired = _clamp(floor, bounds)
+        how = (f"raising to at least {fallback.replicas}" if fallback.mode == "fixed" else f"holding {current}")
+        return replace(
+            base, desired=desired, memory=memory, reason=Reason.FALLBACK, fallback=True,
+            message=f"{failures} polls in a row failed ({what}); fallback: {how} replicas",
+        )
+    desired = _clamp(current, bounds)
+    if count is not None:
+        # Some sources answered: their count is a lower bound, good enough to scale up on, never down.
+        answered = _on_count(spec, base, current, memory, now, bounds, count, slope)
+        if answered.desired > current:
+            return replace(
+                answered, memory=replace(memory, inactive_since=None),
+                message=f"{answered.message} (on the sources that answered; {what})",
+            )
+    return replace(
+        base, desired=desired, memory=memory, reason=Reason.POLL_FAILED,
+        message=f"poll failed ({what}); holding {current} replicas "
+        f"(fallback after {fallback.failure_threshold - failures} more)",
+    )
+
+
+def _on_count(
+    spec: QueueScalerSpec,
+    base: Decision,
+    current: int,
+    memory: ScalingMemory,
+    now: float,
+    bounds: Bounds,
+    count: float,
+    slope: float | None,
+) -> Decision:
+    policy = spec.policy
+    active = count > policy.activation_threshold
+    inactive_since = None if active else (memory.inactive_since if memory.inactive_since is not None else now)
+    need = raw_need(spec, count, slope, current)
+    within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
+    recommended = current if within_tolerance else math.ceil(need - 1e-9)
+    to_zero = False
+    if active:
+        recommended = max(recommended, 1)
+    elif current == 0:
+        recommended = 0
+    elif bounds.minimum == 0 and inactive_since is not None and now - inactive_since >= policy.scale_to_zero_delay:
+        recommended, to_zero = 0, True
+    else:
+        recommended = max(recommended, 1)
+
+    memory = _remember(memory, spec, now, recommended, inactive_since)
+    summary = _summary(spec, count, slope, need)
+
+    # Stabilization windows (HPA): going up takes the smallest recent recommendation, going down the largest.
+    up_rec = _window(memory.recommendations, now, policy.scale_up.stabilization_window, min)
+    down_rec = _window(memory.recommendations, now, policy.scale_down.stabilization_window, max)
+    stabilized = current
+    if current < up_rec:
+        stabilized = up_rec
+    elif current > down_rec:
+        stabilized = down_rec
+    if to_zero:
+        stabilized = 0  # the scale-to-zero delay is this step's own stabilization
+    if current == 0 and active:
+        stabilized = max(stabilized, 1)
+
+    desired = stabilized
+    held_by_cooldown = False
+    if desired > current and _within(memory.last_scale_up, now, policy.scale_up.cooldown):
+        desired, held_by_cooldown = current, True
+    if desired < current and _within(memory.last_scale, now, policy.scale_down.cooldown):
+        desired, held_by_cooldown = current, True
+
+    limited = False
+    if desired > current:
+        limit = max(_up_limit(policy.scale_up, memory, now, current), 1 if current == 0 else current)
+        if desired > limit:
+            desired, limited = limit, True
+    elif desired < current and not to_zero:
+        limit = _down_limit(policy.scale_down, memory, now, current)
+        if desired < limit:
+            desired, limited = limit, True
+
+    final = _clamp(desired, bounds)
+    reason, message = _explain(
+        current=current, final=final, desired=desired, stabilized=stabilized, recommended=recommended,
+        bounds=bounds, held_by_cooldown=held_by_cooldown, limited=limited, within_tolerance=within_tolerance,
+        active=active, to_zero=to_zero, inactive_since=inactive_since, now=now, spec=spec,
+    )
+    return replace(
+        base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
+        recommended=recommended, active=active,
+    )
+
+
+def _summary(spec: QueueScalerSpec, count: float, slope: float | None, need: float) -> str:
+    sources = len(spec.sources)
+    what = f"{spec.aggregation} of {sources} queues" if sources > 1 else "queue"
+    growth = f", trend {slope:+.2f}/s" if slope is not None else ""
+    return f"{what} count {_n(count)}{growth} needs {need:.2f} replicas"
+
+
+def _explain(
+    *,
+    current: int,
+    final: int,
+    desired: int,
+    stabilized: int,
+    recommended: int,
+    bounds: Bounds,
+    held_by_cooldown: bool,
+    limited: bool,
+    within_tolerance: bool,
+    active: bool,
+    to_zero: bool,
+    inactive_since: float | None,
+    now: float,
+    spec: QueueScalerSpec,
+) -> tuple[Reason, str]:
+    move = f"{current} -> {final}"
+    by_schedule = f" (schedules: {', '.join(bounds.schedules)})" if bounds.schedules else ""
+    if final > current:
+        if final == bounds.minimum and desired < final:
+            return Reason.AT_MINIMUM, f"raised to the minimum {bounds.minimum}{by_schedule}: {move}"
+        if final == bounds.maximum and desired > final:
+            return Reason.AT_MAXIMUM, f"capped at the maximum {bounds.maximum}{by_schedule}: {move}"
+        if limited:
+            return Reason.LIMITED_BY_STEP, f"scale-up step limit: {move} (wanted {stabilized})"
+        if current == 0:
+            return Reason.ACTIVATED_FROM_ZERO, f"above the activation threshold: {move}"
+        return Reason.SCALED_UP, f"scaled up {move}"
+    if final < current:
+        if final == bounds.maximum and desired > final:
+            return Reason.AT_MAXIMUM, f"lowered to the maximum {bounds.maximum}{by_schedule}: {move}"
+        if final == bounds.minimum and desired < final:
+            return Reason.AT_MINIMUM, f"down to the minimum {bounds.minimum}{by_schedule}: {move}"
+        if to_zero or final == 0:
+            return Reason.SCALED_TO_ZERO, (
+                f"inactive for {format_duration(spec.policy.scale_to_zero_delay)}: {move}"
+            )
+        if limited:
+            return Reason.LIMITED_BY_STEP, f"scale-down step limit: {move} (wanted {stabilized})"
+        return Reason.SCALED_DOWN, f"scaled down {move}"
+    # No change: say what held it.
+    keep = f"keeping {current}"
+    if held_by_cooldown:
+        direction = "up" if stabilized > current else "down"
+        return Reason.HELD_BY_COOLDOWN, f"scale-{direction} cooldown: {keep} (wanted {stabilized})"
+    if limited:
+        return Reason.LIMITED_BY_STEP, f"step limit: {keep} (wanted {stabilized})"
+    if recommended > current and final == bounds.maximum:
+        return Reason.AT_MAXIMUM, f"at the maximum {bounds.maximum}{by_schedule}"
+    if recommended < current and final == bounds.minimum:
+        return Reason.AT_MINIMUM, f"at the minimum {bounds.minimum}{by_schedule}"
+    if stabilized == current and recommended != current:
+        return Reason.HELD_BY_STABILIZATION, f"stabilization window: {keep} (recommended {recommended})"
+    if not active and current == 0:
+        return Reason.INACTIVE, f"at or below the activation threshold {_n(spec.policy.activation_threshold)}"
+    if not active and bounds.minimum == 0 and inactive_since is not None:
+        left = spec.policy.scale_to_zero_delay - (now - inactive_since)
+        return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {format_duration(max(0.0, left))}"
+    if within_tolerance:
+        return Reason.WITHIN_TOLERANCE, f"within tolerance {_n(spec.policy.tolerance)}: {keep}"
+    return Reason.STEADY, keep
+
+
+def _n(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
+
+
+def _clamp(replicas: int, bounds: Bounds) -> int:
+    return max(bounds.minimum, min(bounds.maximum, replicas))
+
+
+def _within(since: float | None, now: float, window: float) -> bool:
+    return since is not None and window > 0 and now - since < window
+
+
+def _remember(
+    memory: ScalingMemory, spec: QueueScalerSpec, now: float, replicas: int, inactive_since: float | None
+) -> ScalingMemory:
+    """Add this tick's recommendation (as a run) and forget what no window or period can still see."""
+    policy = spec.policy
+    horizon = max(policy.scale_up.stabilization_window, policy.scale_down.stabilization_window)
+    runs = list(memory.recommendations)
+    if not runs or runs[-1].replicas != replicas:
+        runs.append(Recommendation(now, replicas))
+    # Run i lasts until run i+1 starts; drop runs that ended before the widest window began.
+    cutoff = now - horizon
+    first = 0
+    while first < len(runs) - 1 and runs[first + 1].since <= cutoff:
+        first += 1
+    periods = [p.period for d in (policy.scale_up, policy.scale_down) for p in d.policies]
+    event_horizon = now - max(periods, default=0.0)
+    events = tuple(e for e in memory.scale_events if e.time > event_horizon)
+    return replace(
+        memory, recommendations=tuple(runs[first:]), scale_events=events, inactive_since=inactive_since
+    )
+
+
+def _window(runs: Sequence[Recommendation], now: float, window: float, pick: Callable[[list[int]], int]) -> int:
+    """min or max of the recommendations whose run reaches into (now - window, now]."""
+    cutoff = now - window
+    values = [
+        run.replicas
+        for index, run in enumerate(runs)
+        if index == len(runs) - 1 or runs[index + 1].since > cutoff
+    ]
+    return pick(values)
+
+
+def _period_start(memory: ScalingMemory, now: float, period: float, current: int) -> int:
+    """Replicas at the start of the period: current minus what was added plus what was removed since."""
+    added = removed = 0
+    for event in memory.scale_events:
+        if event.time > now - period:
+            change = event.to_replicas - event.from_replicas
+            if change > 0:
+                added += change
+            else:
+                removed -= change
+    return current - added + removed
+
+
+def _up_limit(direction: DirectionPolicy, memory: ScalingMemory, now: float, current: int) -> int:
+    if direction.select_policy == "Disabled":
+        return current
+    if not direction.policies:
+        return 2**31 - 1
+    limits = []
+    for step in direction.policies:
+        start = _period_start(memory, now, step.period, current)
+        if step.type == "Pods":
+            limits.append(start + step.value)
+        else:
+            limits.append(math.ceil(start * (1 + step.value / 100)))
+    return max(limits) if direction.select_policy == "Max" else min(limits)
+
+
+def _down_limit(direction: DirectionPolicy, memory: ScalingMemory, now: float, current: int) -> int:
+    if direction.select_policy == "Disabled":
+        return current
+    if not direction.policies:
+        return 0
+    limits = []
+    for step in direction.policies:
+        start = _period_start(memory, now, step.period, current)
+        if step.type == "Pods":
+            limits.append(start - step.value)
+        else:
+            limits.append(math.trunc(start * (1 - step.value / 100)))
+    # Max selects the largest change, that is the lowest count.
+    limit = min(limits) if direction.select_policy == "Max" else max(limits)
+    return min(limit, current)

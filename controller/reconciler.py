@@ -1,0 +1,181 @@
+"""The per-rule loop: poll -> decide -> scale -> report, driven by a clock it is given.
+
+The operator and the simulator both run this very code: they differ only in the sources, target, reporter and
+clock they hand in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from controller.policy import Decision, Observation, ScaleEvent, ScalingMemory, SourceReading, decide
+from controller.sources.base import Source
+from controller.spec import QueueScaler
+from controller.targets.base import ScaleState, Target, TargetConflict, TargetError
+
+log = logging.getLogger(__name__)
+
+CONFLICT_RETRIES = 3
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch (virtual in the simulator)."""
+        ...
+
+    async def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        import time
+
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """Everything one tick saw and did, for whoever reports it (status, events, metrics, a timeline)."""
+
+    rule: QueueScaler
+    time: float
+    observation: Observation
+    decision: Decision | None  # None when the target could not be read
+    state: ScaleState | None  # the target after the tick, when known
+    scaled: ScaleEvent | None  # the scale this tick made, if any
+    target_error: TargetError | None
+    memory: ScalingMemory
+
+
+class Reporter(Protocol):
+    async def report(self, result: TickResult) -> None: ...
+
+
+class Reconciler:
+    """One rule's loop. Not reentrant: a tick never overlaps the previous one."""
+
+    def __init__(
+        self,
+        rule: QueueScaler,
+        sources: Sequence[Source],
+        target: Target,
+        clock: Clock,
+        reporter: Reporter | None = None,
+        memory: ScalingMemory | None = None,
+    ) -> None:
+        self.rule = rule
+        self.sources = tuple(sources)
+        self.target = target
+        self.clock = clock
+        self.reporter = reporter
+        self.memory = memory or ScalingMemory()
+        self.history: list[Observation] = []
+
+    def update(self, rule: QueueScaler, sources: Sequence[Source] | None = None) -> None:
+        """A changed rule takes effect on the next tick; the memory and history are kept."""
+        self.rule = rule
+        if sources is not None:
+            self.sources = tuple(sources)
+
+    async def poll(self) -> Observation:
+        """Every source's reading, polled concurrently, each within the polling interval."""
+        started = self.clock.now()
+        budget = self.rule.spec.polling_interval
+        if len(self.sources) == 1:
+            readings: Sequence[SourceReading] = [await _poll_one(self.sources[0], budget)]
+        else:
+            readings = await asyncio.gather(*(_poll_one(s, budget) for s in self.sources))
+        return Observation(time=started, readings=tuple(readings))
+
+    async def tick(self) -> TickResult:
+        """Poll, decide, scale (re-reading and deciding again on a conflict) and report once."""
+        rule = self.rule
+        observation = await self.poll()
+        now = self.clock.now()
+        decision: Decision | None = None
+        state: ScaleState | None = None
+        scaled: ScaleEvent | None = None
+        target_error: TargetError | None = None
+        memory = self.memory
+        for _attempt in range(CONFLICT_RETRIES):
+            try:
+                state = await self.target.read()
+            except TargetError as exc:
+                target_error = exc
+                break
+            decision = decide(
+                rule.spec, observation, self.history, state.replicas, self.memory, now, paused=rule.paused
+            )
+            memory = decision.memory
+            if decision.desired == state.replicas:
+                target_error = None
+                break
+            try:
+                state = await self.target.scale(decision.desired, state)
+            except TargetConflict as exc:
+                target_error = exc
+                continue
+            except TargetError as exc:
+                target_error = exc
+                break
+            scaled = ScaleEvent(now, decision.current, decision.desired)
+            memory = memory.with_scale(now, decision.current, decision.desired)
+            target_error = None
+            break
+        self.memory = memory
+        self._remember(observation)
+        result = TickResult(
+            rule=rule, time=now, observation=observation, decision=decision, state=state, scaled=scaled,
+            target_error=target_error, memory=memory,
+        )
+        if self.reporter is not None:
+            await self.reporter.report(result)
+        return result
+
+    def _remember(self, observation: Observation) -> None:
+        horizon = observation.time - self.rule.spec.policy.trend_window
+        self.history.append(observation)
+        while len(self.history) > 2 and self.history[1].time < horizon:
+            self.history.pop(0)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Tick every polling interval until `stop` is set. A late tick starts at once; missed ones are skipped."""
+        next_tick = self.clock.now()
+        while not stop.is_set():
+            await self.tick()
+            interval = self.rule.spec.polling_interval
+            next_tick += interval
+            now = self.clock.now()
+            if next_tick < now:
+                next_tick = now
+            await _sleep_or_stop(self.clock, next_tick - now, stop)
+
+
+async def _sleep_or_stop(clock: Clock, seconds: float, stop: asyncio.Event) -> None:
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({sleeper, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (sleeper, stopper):
+            task.cancel()
+
+
+async def _poll_one(source: Source, budget: float) -> SourceReading:
+    try:
+        async with asyncio.timeout(budget):
+            return await source.poll(budget)
+    except TimeoutError:
+        return SourceReading.failed("Timeout", f"no answer from queue '{source.spec.queue_label}' within {budget:g}s")
+    except Exception as exc:  # a bug in a source must not stop the rule; its text may hold a URL with a SAS
+        log.error("source %s failed unexpectedly: %s", source.spec.queue_label, type(exc).__name__)
+        return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
