@@ -446,8 +446,8 @@ class AzureQueuePoller:
             return (f"the credentials for '{account}' may not read queue '{queue}' ({code}): a SAS needs the r "
                     f"permission{check}")
         if code == "AuthorizationResourceTypeMismatch":
-            return (f"the account SAS for '{account}' does not cover queues ({code}): issue it with srt including c"
-                    f"{check}")
+            return (f"the account SAS for '{account}' does not cover this call ({code}): issue it with srt=c "
+                    f"(srt=co with countStrategy: visible, since Peek Messages reads messages){check}")
         if code == "InvalidResourceName":
             return (f"queue name '{queue}' is not valid in account '{account}' ({code}): use 3-63 lowercase "
                     "letters, digits and single dashes")
