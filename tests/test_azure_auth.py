@@ -142,7 +142,8 @@ def test_connection_string_with_account_key_and_suffix() -> None:
     )
     assert conn.queue_endpoint == "https://acme.queue.core.chinacloudapi.cn"
     assert conn.account == "acme"
-    assert conn.shared_key is not None and conn.shared_key.account == "acme"
+    assert conn.shared_key is not None
+    assert conn.shared_key.account == "acme"
     assert conn.sas is None
 
 
@@ -195,7 +196,8 @@ def test_a_bad_connection_string_says_what_is_missing_and_never_echoes_it(text: 
         parse_connection_string(text, where="Secret 'c' key 'cs'")
     assert complaint in str(info.value)
     assert "Secret 'c' key 'cs'" in str(info.value)
-    assert "secretvalue" not in str(info.value) and "c2VjcmV0" not in str(info.value)
+    assert "secretvalue" not in str(info.value)
+    assert "c2VjcmV0" not in str(info.value)
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -192,7 +192,8 @@ async def test_a_wrong_account_key_is_rejected_with_authentication_failed(azurit
     queue = new_queue(azurite)
     started = time.monotonic()
     reading = await poll_once(key_source(azurite, queue.queue_name), key_secrets(azurite, OTHER_KEY))
-    assert reading.count is None and reading.error is not None
+    assert reading.count is None
+    assert reading.error is not None
     assert reading.error.code == "AuthenticationFailed"
     assert not reading.error.retryable
     assert reading.error.message.startswith(
