@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -66,6 +67,17 @@ def key_source(azurite: Azurite, queue: str, **fields: Any) -> AzureQueueSource:
 
 def key_secrets(azurite: Azurite, key: str | None = None) -> DictSecrets:
     return DictSecrets({("storage", "account-key"): key or azurite.key})
+
+
+async def timed_poll(
+    spec: AzureQueueSource, secrets: DictSecrets, *, budget: float, retry: RetryPolicy | None = None
+) -> tuple[SourceReading, float]:
+    """One poll and how long the poll alone took (not the client's setup and teardown)."""
+    async with httpx.AsyncClient() as http:
+        poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets), retry=retry)
+        started = time.monotonic()
+        reading = await poller.poll(budget)
+        return reading, time.monotonic() - started
 
 
 async def poll_once(
