@@ -34,6 +34,7 @@ from controller.sources.azure_auth import (
     SharedKey,
     WorkloadIdentityConfig,
     format_http_date,
+    install_log_scrubbing,
     parse_connection_string,
     scrub,
     strip_query,
@@ -512,3 +513,4 @@ def _build(spec: SourceSpec, context: SourceContext) -> AzureQueuePoller:
 
 register_source_kind(TYPE, parse)
 register_source_factory(TYPE, _build)
+install_log_scrubbing()
