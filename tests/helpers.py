@@ -13,7 +13,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from controller.policy import SourceReading
 from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource, RetryPolicy
-from controller.sources.base import SecretUnavailable, SourceContext
+from controller.sources.base import SecretResolver, SecretUnavailable, SourceContext
 from controller.spec import SecretKeyRef
 from tests.azurite import Azurite
 
@@ -70,7 +70,7 @@ def key_secrets(azurite: Azurite, key: str | None = None) -> DictSecrets:
 
 
 async def timed_poll(
-    spec: AzureQueueSource, secrets: DictSecrets, *, budget: float, retry: RetryPolicy | None = None
+    spec: AzureQueueSource, secrets: SecretResolver, *, budget: float, retry: RetryPolicy | None = None
 ) -> tuple[SourceReading, float]:
     """One poll and how long the poll alone took (not the client's setup and teardown)."""
     async with httpx.AsyncClient() as http:
@@ -82,7 +82,7 @@ async def timed_poll(
 
 async def poll_once(
     spec: AzureQueueSource,
-    secrets: DictSecrets,
+    secrets: SecretResolver,
     *,
     budget: float = 5.0,
     retry: RetryPolicy | None = None,

@@ -230,12 +230,17 @@ class AzureQueuePoller:
         deadline = time.monotonic() + max(0.0, budget - min(0.2, budget * 0.05))
         self.retries = 0
         try:
-            access = await self._access()
-        except SecretUnavailable as exc:
-            return SourceReading.failed(exc.code, exc.message, retryable=False)
-        except CredentialError as exc:
-            return SourceReading.failed("InvalidCredential", str(exc), retryable=False)
-        try:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    access = await self._access()
+            except SecretUnavailable as exc:
+                return SourceReading.failed(exc.code, exc.message, retryable=False)
+            except CredentialError as exc:
+                return SourceReading.failed("InvalidCredential", str(exc), retryable=False)
+            except TimeoutError:
+                return SourceReading.failed(
+                    "Timeout", f"reading the credentials for queue '{self._spec.queue_name}' outlasted the budget"
+                )
             return await self._count(access, deadline)
         except Exception as exc:  # never raise out of a poll; the exception's text may hold a URL with a SAS
             log.error("azure-queue %s: unexpected %s", self._spec.queue_name, type(exc).__name__)
