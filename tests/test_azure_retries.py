@@ -111,3 +111,18 @@ async def test_a_count_beyond_32_bits_is_kept_whole() -> None:
     with LoopbackServer(always(Reply(200, {"x-ms-approximate-messages-count": "5000000000"}))) as server:
         reading = await poll_once(source(server), SAS, retry=FAST)
     assert reading.count == 5_000_000_000
+
+
+async def test_an_unsupported_service_version_fails_at_once_and_says_so() -> None:
+    body = (b"<?xml version='1.0'?><Error><Code>InvalidHeaderValue</Code>"
+            b"<Message>The value for one of the HTTP headers is not in the correct format.\nRequestId:1</Message>"
+            b"</Error>")
+    with LoopbackServer(always(Reply(400, {}, body))) as server:
+        reading = await poll_once(source(server), SAS, retry=FAST)
+    assert reading.error is not None
+    assert reading.error.code == "InvalidHeaderValue"
+    assert not reading.error.retryable
+    assert "service version 2025-11-05" in reading.error.message
+    assert "not in the correct format." in reading.error.message
+    assert "RequestId" not in reading.error.message
+    assert len(server.requests) == 1

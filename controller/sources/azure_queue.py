@@ -185,6 +185,10 @@ class _Outcome:
 
 _Attempt = Callable[[float], Awaitable[_Outcome]]
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# What a service too old for our pinned x-ms-version (an old Azurite or Azure Stack) answers.
+_VERSION_TROUBLE = frozenset(
+    {"InvalidHeaderValue", "InvalidQueryParameterValue", "UnsupportedHeader", "OutOfRangeInput"}
+)
 
 
 class AzureQueuePoller:
@@ -227,7 +231,7 @@ class AzureQueuePoller:
     async def poll(self, budget: float) -> SourceReading:
         """The queue's count, or an error reading; retries transient failures within `budget` seconds."""
         # Finish a little before the budget so the caller's own timeout never has to cut us off.
-        deadline = time.monotonic() + max(0.0, budget - min(0.2, budget * 0.05))
+        deadline = time.monotonic() + max(0.0, budget - min(0.25, budget * 0.1))
         self.retries = 0
         try:
             try:
@@ -457,7 +461,7 @@ class AzureQueuePoller:
         if code == "InvalidResourceName":
             return (f"queue name '{queue}' is not valid in account '{account}' ({code}): use 3-63 lowercase "
                     "letters, digits and single dashes")
-        if code in ("InvalidHeaderValue", "InvalidQueryParameterValue", "UnsupportedHeader") or "ersion" in code:
+        if code in _VERSION_TROUBLE or "Version" in code:
             return (f"the queue service at {access.endpoint} rejected the request ({code}): it may not support "
                     f"service version {self._api_version}; {azure_message}".rstrip("; "))
         if status in (500, 503) or code in ("ServerBusy", "InternalError", "OperationTimedOut"):
