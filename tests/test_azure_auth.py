@@ -120,6 +120,28 @@ def test_signature_is_hmac_sha256_of_the_string_to_sign_with_the_decoded_key() -
     assert key.authorization("GET", url, HEADERS) == f"SharedKey acme:{expected}"
 
 
+@pytest.mark.parametrize(
+    ("method", "url"),
+    [
+        ("GET", "http://127.0.0.1:10001/devstoreaccount1/orders?comp=metadata"),
+        ("HEAD", "http://127.0.0.1:10001/devstoreaccount1/orders?comp=metadata"),
+        ("GET", "https://devstoreaccount1.queue.core.windows.net/orders/messages?peekonly=true&numofmessages=32"),
+        ("HEAD", "https://devstoreaccount1.queue.core.windows.net/orders?comp=metadata&timeout=5"),
+    ],
+)
+def test_signature_agrees_with_the_azure_sdks_own_signer(method: str, url: str) -> None:
+    # An independent implementation (the SDK's private policy; if it moves, follow it) signing the same request.
+    from azure.core.pipeline import PipelineContext, PipelineRequest
+    from azure.core.pipeline.transport import HttpRequest
+    from azure.storage.queue._shared.authentication import SharedKeyCredentialPolicy
+
+    request = HttpRequest(method, url, headers=dict(HEADERS))
+    policy = SharedKeyCredentialPolicy(DEV_ACCOUNT, DEV_ACCOUNT_KEY)  # type: ignore[no-untyped-call]
+    policy.on_request(PipelineRequest(request, PipelineContext(None)))  # type: ignore[no-untyped-call]
+    ours = SharedKey.from_base64(DEV_ACCOUNT, DEV_ACCOUNT_KEY, where="test").authorization(method, url, HEADERS)
+    assert ours == request.headers["Authorization"]
+
+
 def test_http_date_is_rfc1123_gmt() -> None:
     assert format_http_date(1_795_107_600 + 2 * 86400) == "Sat, 21 Nov 2026 17:00:00 GMT"
 

@@ -93,7 +93,11 @@ def format_http_date(seconds: float) -> str:
 
 
 def canonicalized_headers(headers: Mapping[str, str]) -> str:
-    """Every `x-ms-*` header as `name:value\\n`: names lowercased and sorted, values trimmed, white space folded."""
+    """Every `x-ms-*` header as `name:value\\n`: names lowercased and sorted, values trimmed, white space folded.
+
+    A plain code-point sort matches the service's collation for names of lowercase letters, digits and dashes,
+    which is all this source sends (x-ms-date, x-ms-version); names with `_` would need the service's own order.
+    """
     lines = []
     for name, value in headers.items():
         lowered = name.strip().lower()
