@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import dataclasses
 import random
+from typing import Literal
 
+import httpx
 import pytest
 
 from controller.check import NamespaceSecrets, SecretStore, secret_env_name
-from controller.sources.azure_queue import AzureQueueSource, RetryPolicy
-from controller.sources.base import SecretUnavailable
+from controller.sources.azure_queue import API_VERSION, AzureQueuePoller, AzureQueueSource, RetryPolicy
+from controller.sources.base import SecretUnavailable, SourceContext
 from controller.spec import SecretKeyRef
-from tests.helpers import poll_once, timed_poll
+from tests.helpers import DictSecrets, poll_once, timed_poll
 
+Cloud = Literal["public", "china", "usgov"]
 SPEC = AzureQueueSource(type="azure-queue", queue_name="orders", account_name="acme",
                         account_key_secret_ref=SecretKeyRef("storage", "account-key"))
 
@@ -84,3 +89,31 @@ def test_string_data_wins_over_data() -> None:
     store.add_manifests([("f", {"kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "ZGF0YQ=="},
                                 "stringData": {"k": "string"}})])
     assert store.secrets[(None, "s")] == {"k": "string"}
+
+
+@pytest.mark.parametrize(
+    ("cloud", "host"),
+    [
+        ("public", "acme.queue.core.windows.net"),
+        ("china", "acme.queue.core.chinacloudapi.cn"),
+        ("usgov", "acme.queue.core.usgovcloudapi.net"),
+    ],
+)
+async def test_the_cloud_picks_the_endpoint_and_the_request_is_signed(cloud: Cloud, host: str) -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, headers={"x-ms-approximate-messages-count": "3"})
+
+    spec = dataclasses.replace(SPEC, cloud=cloud)
+    secrets = DictSecrets({("storage", "account-key"): base64.b64encode(b"k" * 32).decode()})
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        reading = await AzureQueuePoller(spec, SourceContext(http, secrets)).poll(5.0)
+    assert reading.count == 3
+    (request,) = seen
+    assert str(request.url) == f"https://{host}/orders?comp=metadata"
+    assert request.method == "GET"
+    assert request.headers["authorization"].startswith("SharedKey acme:")
+    assert request.headers["x-ms-version"] == API_VERSION
+    assert request.headers["x-ms-date"].endswith(" GMT")
