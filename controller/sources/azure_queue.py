@@ -370,17 +370,22 @@ class AzureQueuePoller:
         url = f"{path}?{query}"
 
         async def attempt(timeout: float) -> _Outcome:
-            headers = {"x-ms-date": format_http_date(self._wall_clock()), "x-ms-version": self._api_version}
             target = url
-            if access.shared_key is not None:
-                headers["Authorization"] = access.shared_key.authorization("GET", url, headers)
-            elif access.sas is not None:
+            authorization = ""
+            if access.sas is not None:
                 target = access.sas.apply(url)
-            else:
+            elif access.shared_key is None:
+                started = time.monotonic()
                 token = await self._bearer(timeout)
                 if isinstance(token, _Outcome):
                     return token
-                headers["Authorization"] = f"Bearer {token}"
+                authorization = f"Bearer {token}"
+                timeout = max(0.001, timeout - (time.monotonic() - started))  # the exchange spent part of it
+            headers = {"x-ms-date": format_http_date(self._wall_clock()), "x-ms-version": self._api_version}
+            if access.shared_key is not None:
+                authorization = access.shared_key.authorization("GET", url, headers)
+            if authorization:
+                headers["Authorization"] = authorization
             try:
                 async with asyncio.timeout(timeout):
                     response = await self._context.http.get(target, headers=headers, timeout=timeout)
