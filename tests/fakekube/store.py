@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakekube import patches
+from tests.fakekube import patches, schema
 from tests.fakekube.resources import BUILTIN, CRDS, DEPLOYMENTS, NAMESPACES, Obj, ResourceType, from_crd
 
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp", "selfLink")
@@ -219,6 +219,7 @@ class Store:
                 obj.pop("status", None)
             obj.pop("apiVersion", None)
             obj.pop("kind", None)
+            self._admit(rt, obj)
             return self._commit(rt, "ADDED", obj, None)
 
     def _current(self, rt: ResourceType, namespace: str, name: str) -> Obj:
@@ -303,10 +304,26 @@ class Store:
             if rt.generation and (_spec_of(new) != _spec_of(current)
                                   or (rt.key == DEPLOYMENTS.key and annotations_changed)):
                 meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
+        self._admit(rt, new)
         if new == current:
             # A no-op write does not change resourceVersion and sends no watch event, as in the real server.
             return self._present(rt, current)
         return self._commit(rt, "MODIFIED", new, previous)
+
+    def _admit(self, rt: ResourceType, obj: Obj) -> None:
+        """A custom resource with a schema is defaulted and validated like the real server does (CEL aside)."""
+        if rt.schema is None:
+            return
+        body = {k: v for k, v in obj.items() if k != "metadata"}
+        defaulted = schema.apply_defaults(body, rt.schema)
+        obj.update(defaulted)
+        errors = schema.validation_errors(defaulted, rt.schema)
+        if errors:
+            name = str(obj["metadata"].get("name", ""))
+            causes = [{"reason": "FieldValueInvalid", "message": message, "field": path} for path, message in errors]
+            summary = ", ".join(f"{path}: {message}" for path, message in errors)
+            raise ApiError(422, "Invalid", f'{rt.kind}.{rt.group} "{name}" is invalid: [{summary}]',
+                           {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes})
 
     def delete(self, rt: ResourceType, namespace: str, name: str, precondition_version: str | None = None) -> Obj:
         with self.lock:

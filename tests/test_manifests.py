@@ -1,0 +1,388 @@
+"""The CRD and the Python model agree on fields, defaults and bounds; the manifests install into the fake server."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+import controller.sources.azure_queue  # noqa: F401 - registers the azure-queue kind
+from controller.spec import Fields, SpecError, parse_duration, parse_queuescaler
+from tests.fakekube import FakeKube
+from tests.fakekube.schema import apply_defaults, validation_errors
+
+ROOT = Path(__file__).resolve().parent.parent
+MANIFESTS = ROOT / "manifests"
+CRD: dict[str, Any] = yaml.safe_load((MANIFESTS / "crd.yaml").read_text())
+SCHEMA: dict[str, Any] = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+SPEC_SCHEMA: dict[str, Any] = SCHEMA["properties"]["spec"]
+
+
+def example_queuescalers() -> list[dict[str, Any]]:
+    docs = [doc for path in sorted((ROOT / "examples").glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())]
+    return [doc for doc in docs if isinstance(doc, dict) and doc.get("kind") == "QueueScaler"]
+
+
+def secret_ref(name: str = "queue") -> dict[str, str]:
+    return {"name": name, "key": "value"}
+
+
+# Every field the CRD knows, set once (not a valid rule: every way to authenticate at once).
+EVERY_FIELD: dict[str, Any] = {
+    "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "every-field"},
+    "spec": {
+        "scaleTargetRef": {"name": "worker", "apiVersion": "apps/v1", "kind": "Deployment"},
+        "minReplicas": 1, "maxReplicas": 10, "pollingInterval": "10s",
+        "sources": [{"type": "azure-queue", "weight": 1, "queueName": "orders", "connectionSecretRef": secret_ref(),
+                     "accountName": "store", "accountKeySecretRef": secret_ref(), "sasSecretRef": secret_ref(),
+                     "identity": "workload", "cloud": "public", "endpoint": "https://example.test",
+                     "countStrategy": "visible"}],
+        "aggregation": "max",
+        "policy": {
+            "targetPerReplica": 5, "activationThreshold": 0, "tolerance": 0.1, "lookahead": "30s",
+            "trendWindow": "1m", "throughputPerReplica": 2, "drainTime": "1m", "scaleToZeroDelay": "5m",
+            "scaleUp": {"cooldown": 0, "stabilizationWindow": 0, "selectPolicy": "Max",
+                        "policies": [{"type": "Pods", "value": 4, "period": "30s"}]},
+            "scaleDown": {"cooldown": "1m", "stabilizationWindow": "2m", "selectPolicy": "Min",
+                          "policies": [{"type": "Percent", "value": 50, "period": "1m"}]},
+        },
+        "fallback": {"failureThreshold": 3, "mode": "fixed", "replicas": 1},
+        "schedules": [{"name": "office", "days": ["Mon"], "start": "08:00", "end": "18:00",
+                       "timeZone": "Europe/Paris", "minReplicas": 1, "maxReplicas": 5}],
+        "paused": False,
+    },
+}
+
+# A valid rule that reaches every nested object the bounds below probe.
+VALID: dict[str, Any] = copy.deepcopy(EVERY_FIELD)
+VALID["spec"]["sources"][0] = {"type": "azure-queue", "weight": 1, "queueName": "orders",
+                               "connectionSecretRef": secret_ref(), "countStrategy": "visible"}
+
+
+def schema_paths(schema: dict[str, Any], prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every property of a schema as `spec.sources[].queueName`, with its schema."""
+    for name, child in (schema.get("properties") or {}).items():
+        path = f"{prefix}.{name}"
+        yield path, child
+        yield from schema_paths(child, path)
+        if isinstance(child.get("items"), dict):
+            yield from schema_paths(child["items"], path + "[]")
+
+
+def python_paths(doc: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """Every field the Python parser reads while parsing `doc` (valid or not), as `spec.sources[].queueName`."""
+    seen: set[str] = set()
+    finish = Fields.finish
+
+    def recording_finish(self: Fields) -> None:
+        seen.update(re.sub(r"\[\d+\]", "[]", self.at(name)) for name in self.read)
+        finish(self)
+
+    monkeypatch.setattr(Fields, "finish", recording_finish)
+    with contextlib.suppress(SpecError):
+        parse_queuescaler(doc)
+    return {path for path in seen if path.startswith("spec.")}
+
+
+def given_paths(value: Any, prefix: str) -> Iterator[str]:
+    if isinstance(value, dict):
+        for name, child in value.items():
+            yield f"{prefix}.{name}"
+            yield from given_paths(child, f"{prefix}.{name}")
+    elif isinstance(value, list):
+        for item in value:
+            yield from given_paths(item, prefix + "[]")
+
+
+def python_errors(doc: dict[str, Any]) -> list[str]:
+    try:
+        parse_queuescaler(doc)
+    except SpecError as error:
+        return [e.path for e in error.errors]
+    return []
+
+
+def schema_error_paths(doc: dict[str, Any]) -> list[str]:
+    return [path for path, _ in validation_errors(doc, SCHEMA)]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Fields
+
+
+def test_the_every_field_document_sets_every_crd_field() -> None:
+    crd = {path for path, _ in schema_paths(SPEC_SCHEMA, "spec")}
+    assert crd == set(given_paths(EVERY_FIELD["spec"], "spec"))
+
+
+def test_crd_and_parser_know_the_same_spec_fields(monkeypatch: pytest.MonkeyPatch) -> None:
+    crd = {path for path, _ in schema_paths(SPEC_SCHEMA, "spec")}
+    python = python_paths(EVERY_FIELD, monkeypatch)
+    assert sorted(python - crd) == [], "fields the parser reads but the CRD would prune"
+    assert sorted(crd - python) == [], "fields the CRD accepts but the parser rejects as unknown"
+
+
+def test_crd_required_fields_are_required_by_the_parser() -> None:
+    for field in SPEC_SCHEMA["required"]:
+        doc = copy.deepcopy(VALID)
+        del doc["spec"][field]
+        assert f"spec.{field}" in python_errors(doc)
+        assert ("spec", f"'{field}' is a required property") in validation_errors(doc, SCHEMA)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Defaults
+
+
+def minimal() -> dict[str, Any]:
+    return {"apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "minimal"},
+            "spec": {"scaleTargetRef": {"name": "worker"}, "maxReplicas": 5,
+                     "sources": [{"type": "azure-queue", "queueName": "orders", "connectionSecretRef": secret_ref()}],
+                     "policy": {"scaleUp": {"policies": [{"type": "Pods", "value": 1, "period": 60}]}},
+                     "schedules": [{"name": "night", "start": "22:00", "end": "06:00", "maxReplicas": 1}]}}
+
+
+def test_crd_defaults_parse_to_the_models_defaults() -> None:
+    doc = minimal()
+    defaulted = apply_defaults(doc, SCHEMA)
+    assert defaulted != doc
+    assert parse_queuescaler(defaulted) == parse_queuescaler(doc)
+
+
+def crd_defaults() -> dict[str, Any]:
+    return {path: schema["default"] for path, schema in schema_paths(SPEC_SCHEMA, "spec")
+            if "default" in schema and schema.get("type") != "object"}
+
+
+def camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+def model_defaults(value: object, prefix: str) -> Iterator[tuple[str, object]]:
+    """Scalar fields of the parsed model, at the paths the CRD uses."""
+    if not dataclasses.is_dataclass(value):
+        return
+    for field in dataclasses.fields(value):
+        child = getattr(value, field.name)
+        path = f"{prefix}.{camel(field.name)}"
+        if dataclasses.is_dataclass(child):
+            yield from model_defaults(child, path)
+        elif isinstance(child, tuple) and child and dataclasses.is_dataclass(child[0]):
+            yield from model_defaults(child[0], path + "[]")
+        elif isinstance(child, bool | int | float | str):
+            yield path, child
+
+
+# Defaults the CRD must not write, and why.
+NOT_DEFAULTED_IN_CRD = {
+    # The parser tells an absent cloud from "public": cloud may not be combined with connectionSecretRef or endpoint.
+    "spec.sources[].cloud",
+}
+
+
+def test_every_model_default_is_written_in_the_crd() -> None:
+    doc = minimal()
+    rule = parse_queuescaler(doc)
+    given = set(given_paths(doc["spec"], "spec"))
+    crd = {path for path, _ in schema_paths(SPEC_SCHEMA, "spec")}
+    defaults = crd_defaults()
+    checked = 0
+    for path, value in model_defaults(rule.spec, "spec"):
+        if path in given or path not in crd or path in NOT_DEFAULTED_IN_CRD:
+            continue
+        assert path in defaults, f"{path}: the model defaults it to {value!r}, the CRD has no default"
+        written = defaults[path]
+        if isinstance(value, float) and isinstance(written, str):
+            written = parse_duration(written)
+        assert written == value, f"{path}: CRD default {defaults[path]!r}, model default {value!r}"
+        checked += 1
+    assert checked >= 20
+
+
+def test_crd_defaults_are_valid_values() -> None:
+    assert validation_errors(apply_defaults(minimal(), SCHEMA), SCHEMA) == []
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Bounds
+
+
+def set_path(doc: dict[str, Any], path: str, value: Any) -> None:
+    node: Any = doc
+    parts = path.replace("[]", ".0").split(".")
+    for part in parts[:-1]:
+        node = node[int(part)] if part.isdigit() else node[part]
+    node[parts[-1]] = value
+
+
+def bound_probes() -> Iterator[tuple[str, Any, bool]]:
+    """(path, value, valid?) just inside and just outside every numeric bound of the CRD."""
+    for path, schema in schema_paths(SPEC_SCHEMA, "spec"):
+        integer = schema.get("type") == "integer" or schema.get("x-kubernetes-int-or-string")
+        step = 1 if integer else 0.5
+        if "minimum" in schema:
+            low = schema["minimum"]
+            if schema.get("exclusiveMinimum"):
+                yield path, low, False
+                yield path, low + step, True
+            else:
+                yield path, low - step, False
+                yield path, low, True
+        if "maximum" in schema:
+            yield path, schema["maximum"], True
+            yield path, schema["maximum"] + step, False
+
+
+def python_path(path: str) -> str:
+    return path.replace("[]", "[0]")
+
+
+@pytest.mark.parametrize(("path", "value", "valid"), list(bound_probes()))
+def test_numeric_bounds_agree(path: str, value: Any, valid: bool) -> None:
+    doc = copy.deepcopy(VALID)
+    set_path(doc, path, value)
+    at = python_path(path)
+    assert (at not in schema_error_paths(doc)) is valid, f"CRD on {at}={value}"
+    assert (at not in python_errors(doc)) is valid, f"parser on {at}={value}"
+
+
+STRING_PROBES = [
+    ("spec.scaleTargetRef.name", "Worker", False),
+    ("spec.scaleTargetRef.name", "orders.worker-1", True),
+    ("spec.scaleTargetRef.apiVersion", "apps/v1beta2", True),
+    ("spec.scaleTargetRef.apiVersion", "apps", False),
+    ("spec.scaleTargetRef.kind", "deployment", False),
+    ("spec.pollingInterval", "1h30m", True),
+    ("spec.pollingInterval", "1s500ms", True),
+    ("spec.pollingInterval", "ten seconds", False),
+    ("spec.pollingInterval", "5d", False),
+    ("spec.sources[0].queueName", "or", False),
+    ("spec.sources[0].queueName", "orders--eu", False),
+    ("spec.sources[0].queueName", "orders-eu", True),
+    ("spec.sources[0].queueName", "-orders", False),
+    ("spec.sources[0].queueName", "Orders", False),
+    ("spec.sources[0].connectionSecretRef.key", "conn string", False),
+    ("spec.sources[0].connectionSecretRef.key", "connection-string", True),
+    ("spec.sources[0].countStrategy", "exact", False),
+    ("spec.sources[0].type", "sqs", False),
+    ("spec.aggregation", "avg", False),
+    ("spec.fallback.mode", "scale", False),
+    ("spec.policy.scaleUp.policies[0].type", "Replicas", False),
+    ("spec.policy.scaleDown.selectPolicy", "Disabled", True),
+    ("spec.schedules[0].name", "Office", False),
+    ("spec.schedules[0].start", "24:00", True),  # the pattern allows it; a CEL rule (and the parser) refuses it
+    ("spec.schedules[0].start", "7:00", False),
+    ("spec.schedules[0].end", "23:60", False),
+    ("spec.schedules[0].days", ["Mon", "Funday"], False),
+]
+
+
+@pytest.mark.parametrize(("path", "value", "valid"), STRING_PROBES)
+def test_string_patterns_and_enums_agree(path: str, value: Any, valid: bool) -> None:
+    doc = copy.deepcopy(VALID)
+    set_path(doc, path.replace("[0]", "[]"), value)
+    crd_valid = not any(p == path or p.startswith(path + "[") for p in schema_error_paths(doc))
+    assert crd_valid is valid, f"CRD on {path}={value!r}"
+    if path == "spec.schedules[0].start" and value == "24:00":
+        assert path in python_errors(doc)
+        return
+    python_valid = not any(p == path or p.startswith(path + "[") for p in python_errors(doc))
+    assert python_valid is valid, f"parser on {path}={value!r}"
+
+
+def test_cross_field_rules_are_cel_validations() -> None:
+    def nodes(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        yield schema
+        for child in (schema.get("properties") or {}).values():
+            yield from nodes(child)
+        if isinstance(schema.get("items"), dict):
+            yield from nodes(schema["items"])
+
+    rules = [r["rule"] for node in nodes(SPEC_SCHEMA) for r in node.get("x-kubernetes-validations", [])]
+    assert "self.minReplicas <= self.maxReplicas" in rules
+    assert any("fallback.replicas <= self.maxReplicas" in rule for rule in rules)
+    assert any("has(self.connectionSecretRef), has(self.accountKeySecretRef)" in rule for rule in rules)
+
+
+def test_the_schema_is_structural() -> None:
+    def check(schema: dict[str, Any], path: str) -> None:
+        typed = "type" in schema or schema.get("x-kubernetes-int-or-string") \
+            or schema.get("x-kubernetes-preserve-unknown-fields")
+        assert typed, f"{path} has no type"
+        if schema.get("x-kubernetes-int-or-string"):
+            assert schema["anyOf"] == [{"type": "integer"}, {"type": "string"}], path
+        for name, child in (schema.get("properties") or {}).items():
+            check(child, f"{path}.{name}")
+        if isinstance(schema.get("items"), dict):
+            check(schema["items"], path + "[]")
+        if schema.get("type") == "string" and ("pattern" in schema or "x-kubernetes-validations" in schema):
+            # CEL cost and regex limits need bounded strings, except enums and fixed patterns
+            assert "maxLength" in schema or "enum" in schema or schema["pattern"].endswith("}$") \
+                or schema["pattern"].endswith(")$") or schema["pattern"].endswith("+$"), path
+
+    check(SCHEMA, "")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Examples
+
+
+@pytest.mark.parametrize("doc", example_queuescalers(), ids=lambda d: d["metadata"]["name"])
+def test_examples_are_valid_for_the_crd_and_the_parser(doc: dict[str, Any]) -> None:
+    assert validation_errors(doc, SCHEMA) == []
+    assert validation_errors(apply_defaults(doc, SCHEMA), SCHEMA) == []
+    assert parse_queuescaler(doc) == parse_queuescaler(apply_defaults(doc, SCHEMA))
+
+
+def test_there_are_examples() -> None:
+    assert len(example_queuescalers()) >= 2
+
+
+def test_crd_installs_and_the_examples_can_be_created(fake_kube: FakeKube, api: client.ApiClient) -> None:
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+    custom = client.CustomObjectsApi(api)
+    for doc in example_queuescalers():
+        fake_kube.ensure_namespace(doc["metadata"]["namespace"])
+        created = custom.create_namespaced_custom_object("queuescale.io", "v1alpha1", doc["metadata"]["namespace"],
+                                                         "queuescalers", doc)
+        assert created["spec"]["policy"]["tolerance"] == 0.1  # defaulted by the server from the CRD
+        assert parse_queuescaler(created).spec == parse_queuescaler(doc).spec
+
+
+def test_the_server_refuses_a_rule_the_schema_refuses(api: client.ApiClient) -> None:
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+    doc = copy.deepcopy(VALID)
+    doc["spec"]["minReplicas"] = -1
+    with pytest.raises(client.ApiException) as caught:
+        client.CustomObjectsApi(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", "default",
+                                                                     "queuescalers", doc)
+    assert caught.value.status == 422
+    assert "spec.minReplicas" in caught.value.body
+
+
+def test_printer_columns_show_like_kubectl_get_qs(fake_kube: FakeKube, api: client.ApiClient) -> None:
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+    custom = client.CustomObjectsApi(api)
+    doc = example_queuescalers()[0]
+    namespace = doc["metadata"]["namespace"]
+    fake_kube.ensure_namespace(namespace)
+    custom.create_namespaced_custom_object("queuescale.io", "v1alpha1", namespace, "queuescalers", doc)
+    custom.patch_namespaced_custom_object_status(
+        "queuescale.io", "v1alpha1", namespace, "queuescalers", doc["metadata"]["name"],
+        {"status": {"queueLength": 57, "desiredReplicas": 3, "currentReplicas": 2, "readyReplicas": 1}})
+    lines = fake_kube.table("qs", namespace).splitlines()
+    assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "AGE"]
+    spec = doc["spec"]
+    expected = [doc["metadata"]["name"], spec["scaleTargetRef"]["name"], str(spec.get("minReplicas", 0)),
+                str(spec["maxReplicas"]), "57", "3", "2", "1"]
+    assert lines[1].split()[:-1] == expected
+    assert re.fullmatch(r"\d+s", lines[1].split()[-1])
