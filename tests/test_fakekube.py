@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +20,7 @@ from kubernetes.aio import client as aio_client
 from kubernetes.client.rest import ApiException
 
 from tests.fakekube import FakeKube, Fault
+from tests.fakekube.server import TOKEN
 
 GROUP, VERSION, PLURAL = "queuescale.io", "v1alpha1", "queuescalers"
 MERGE = "application/merge-patch+json"
@@ -41,6 +43,17 @@ def queuescaler(name: str = "orders", max_replicas: int = 10) -> dict[str, Any]:
                  "sources": [{"type": "azure-queue", "queueName": "orders", "identity": "workload",
                               "accountName": "store"}]},
     }
+
+
+def admin_request(url: str) -> urllib.request.Request:
+    return urllib.request.Request(url, headers={"Authorization": f"Bearer {TOKEN}"})
+
+
+def test_a_request_without_credentials_is_401(fake_kube: FakeKube) -> None:
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(f"{fake_kube.url}/api/v1/namespaces/default/secrets", timeout=5)
+    assert caught.value.code == 401
+    caught.value.close()
 
 
 def status_of(error: ApiException) -> dict[str, Any]:
@@ -450,7 +463,7 @@ def test_watch_from_a_compacted_resource_version_gets_a_410_error_event(fake_kub
     fake_kube.create(queuescaler())
     fake_kube.compact()
     url = f"{fake_kube.url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}?watch=true&resourceVersion=2"
-    with urllib.request.urlopen(url, timeout=5) as response:
+    with urllib.request.urlopen(admin_request(url), timeout=5) as response:
         assert response.status == 200
         lines = response.read().decode().splitlines()
     assert [json.loads(line) for line in lines] == [{"type": "ERROR", "object": {
@@ -473,7 +486,7 @@ def test_history_window_is_bounded() -> None:
         for index in range(5):
             fake.create(queuescaler(f"rule-{index}"))
         url = f"{fake.url}/apis/{GROUP}/{VERSION}/queuescalers?watch=true&resourceVersion=1&timeoutSeconds=1"
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(admin_request(url), timeout=5) as response:
             event = json.loads(response.readline())
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410

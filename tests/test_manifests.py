@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,12 +13,16 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client
+from kubernetes import client, config, watch
+from kubernetes.aio import client as aio_client
+from kubernetes.aio import config as aio_config
 
 import controller.sources.azure_queue  # noqa: F401 - registers the azure-queue kind
-from controller.spec import Fields, SpecError, parse_duration, parse_queuescaler
+from controller.spec import Fields, ScaleTargetRef, SpecError, parse_duration, parse_queuescaler
+from controller.targets.kubernetes_scale import KubernetesScaleTarget
 from tests.fakekube import FakeKube
 from tests.fakekube.schema import apply_defaults, validation_errors
+from tests.test_fakekube import deployment
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = ROOT / "manifests"
@@ -386,3 +391,168 @@ def test_printer_columns_show_like_kubectl_get_qs(fake_kube: FakeKube, api: clie
                 str(spec["maxReplicas"]), "57", "3", "2", "1"]
     assert lines[1].split()[:-1] == expected
     assert re.fullmatch(r"\d+s", lines[1].split()[-1])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# RBAC and the operator Deployment, enforced by the fake server for the operator's ServiceAccount
+
+OPERATOR_NAMESPACE = "queuescale-system"
+OPERATOR_ACCOUNT = (OPERATOR_NAMESPACE, "queuescale-operator")
+
+
+def manifest(name: str) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all((MANIFESTS / name).read_text()) if doc]
+
+
+def one(name: str, kind: str) -> dict[str, Any]:
+    (found,) = [doc for doc in manifest(name) if doc["kind"] == kind]
+    return found
+
+
+@pytest.fixture
+def installed(fake_kube: FakeKube) -> FakeKube:
+    for name in ("crd.yaml", "operator.yaml", "rbac.yaml"):
+        for doc in manifest(name):
+            fake_kube.create(doc)
+    fake_kube.ensure_namespace("shop")
+    fake_kube.create({**deployment("orders-worker"), "metadata": {"name": "orders-worker", "namespace": "shop"}})
+    fake_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "orders-queue", "namespace": "shop"},
+                      "stringData": {"connection-string": "UseDevelopmentStorage=true"}})
+    for doc in example_queuescalers():
+        if doc["metadata"]["namespace"] == "shop":
+            fake_kube.create(doc)
+    return fake_kube
+
+
+@pytest.fixture
+def operator_api(installed: FakeKube, tmp_path: Path) -> Iterator[client.ApiClient]:
+    """The official client with the operator's ServiceAccount token: only its RBAC applies."""
+    path = installed.write_kubeconfig(tmp_path / "operator-kubeconfig", OPERATOR_NAMESPACE,
+                                      service_account=OPERATOR_ACCOUNT)
+    api_client = config.new_client_from_config(config_file=str(path))
+    try:
+        yield api_client
+    finally:
+        api_client.close()
+
+
+def forbidden(call: Any, *args: Any, **kwargs: Any) -> str:
+    with pytest.raises(client.ApiException) as caught:
+        call(*args, **kwargs)
+    assert caught.value.status == 403
+    message = json.loads(caught.value.body)["message"]
+    assert isinstance(message, str)
+    return message
+
+
+def test_operator_watches_rules_everywhere_and_patches_only_their_status(operator_api: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(operator_api)
+    rules = custom.list_cluster_custom_object("queuescale.io", "v1alpha1", "queuescalers")
+    assert [r["metadata"]["name"] for r in rules["items"]] == ["orders-worker"]
+    events = list(watch.Watch().stream(custom.list_cluster_custom_object, "queuescale.io", "v1alpha1",
+                                       "queuescalers", timeout_seconds=1))
+    assert [e["type"] for e in events] == ["ADDED"]
+    custom.patch_namespaced_custom_object_status("queuescale.io", "v1alpha1", "shop", "queuescalers", "orders-worker",
+                                                 {"status": {"desiredReplicas": 1}})
+    message = forbidden(custom.patch_namespaced_custom_object, "queuescale.io", "v1alpha1", "shop", "queuescalers",
+                        "orders-worker", {"spec": {"maxReplicas": 1}})
+    assert message == ('queuescalers.queuescale.io "orders-worker" is forbidden: User '
+                       '"system:serviceaccount:queuescale-system:queuescale-operator" cannot patch resource '
+                       '"queuescalers" in API group "queuescale.io" in the namespace "shop"')
+
+
+async def test_operator_scales_targets_through_the_scale_subresource_only(installed: FakeKube, tmp_path: Path,
+                                                                          operator_api: client.ApiClient) -> None:
+    path = installed.write_kubeconfig(tmp_path / "aio-kubeconfig", service_account=OPERATOR_ACCOUNT)
+    configuration = aio_client.Configuration()
+    await aio_config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    async with aio_client.ApiClient(configuration=configuration) as api:
+        target = KubernetesScaleTarget(api, ScaleTargetRef(name="orders-worker"), "shop")
+        await target.scale(4, await target.read())
+    assert installed.get("apps/v1", "Deployment", "orders-worker", "shop")["spec"]["replicas"] == 4
+    apps = client.AppsV1Api(operator_api)
+    forbidden(apps.read_namespaced_deployment, "orders-worker", "shop")
+    forbidden(apps.patch_namespaced_deployment, "orders-worker", "shop", {"spec": {"replicas": 1}})
+    forbidden(apps.list_deployment_for_all_namespaces)
+
+
+def test_operator_reads_a_named_secret_but_cannot_list_secrets(operator_api: client.ApiClient) -> None:
+    core = client.CoreV1Api(operator_api)
+    assert core.read_namespaced_secret("orders-queue", "shop").data is None  # stringData is the fake's as given
+    forbidden(core.list_namespaced_secret, "shop")
+    forbidden(core.list_secret_for_all_namespaces)
+    forbidden(core.patch_namespaced_secret, "orders-queue", "shop", {"metadata": {"labels": {"a": "b"}}})
+
+
+def test_operator_holds_its_lease_only_in_its_namespace(operator_api: client.ApiClient) -> None:
+    leases = client.CoordinationV1Api(operator_api)
+    body = {"metadata": {"name": "queuescale-operator"}, "spec": {"holderIdentity": "pod-a",
+                                                                   "leaseDurationSeconds": 15}}
+    leases.create_namespaced_lease(OPERATOR_NAMESPACE, body)
+    lease = leases.read_namespaced_lease("queuescale-operator", OPERATOR_NAMESPACE)
+    lease.spec.holder_identity = "pod-b"
+    leases.replace_namespaced_lease("queuescale-operator", OPERATOR_NAMESPACE, lease)
+    forbidden(leases.read_namespaced_lease, "someone-elses", OPERATOR_NAMESPACE)
+    forbidden(leases.create_namespaced_lease, "default", body)
+
+
+def test_operator_records_events_on_rules(operator_api: client.ApiClient) -> None:
+    core = client.CoreV1Api(operator_api)
+    event = core.create_namespaced_event("shop", {
+        "metadata": {"generateName": "orders-worker."}, "reason": "Scaled", "message": "0 -> 1", "type": "Normal",
+        "involvedObject": {"apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "name": "orders-worker",
+                           "namespace": "shop"}, "count": 1})
+    core.patch_namespaced_event(event.metadata.name, "shop", {"count": 2},
+                                _content_type="application/merge-patch+json")
+    forbidden(core.list_namespaced_event, "shop")
+
+
+def test_rbac_grants_no_wildcards_and_no_secret_enumeration() -> None:
+    role = one("rbac.yaml", "ClusterRole")
+    for rule in role["rules"] + one("rbac.yaml", "Role")["rules"]:
+        for key in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[key], rule
+        assert not {"delete", "deletecollection", "escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+    secret_rules = [r for r in role["rules"] if "secrets" in r["resources"]]
+    assert [r["verbs"] for r in secret_rules] == [["get"]]
+    assert not any("leases" in r["resources"] for r in role["rules"]), "leases belong in the namespaced Role"
+
+
+def test_bindings_name_the_service_account_the_deployment_runs_as() -> None:
+    deployment_doc = one("operator.yaml", "Deployment")
+    namespace = deployment_doc["metadata"]["namespace"]
+    account = deployment_doc["spec"]["template"]["spec"]["serviceAccountName"]
+    assert one("rbac.yaml", "ServiceAccount")["metadata"] == {**one("rbac.yaml", "ServiceAccount")["metadata"],
+                                                              "name": account, "namespace": namespace}
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        assert one("rbac.yaml", kind)["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                                       "namespace": namespace}]
+    assert one("rbac.yaml", "Role")["metadata"]["namespace"] == namespace
+
+
+def test_operator_runs_unprivileged_with_probes_and_metrics() -> None:
+    pod = one("operator.yaml", "Deployment")["spec"]["template"]["spec"]
+    pod_security = pod["securityContext"]
+    assert pod_security["runAsNonRoot"] is True
+    assert isinstance(pod_security["runAsUser"], int)
+    assert pod_security["runAsUser"] > 0
+    assert pod_security["seccompProfile"] == {"type": "RuntimeDefault"}
+    (container,) = pod["containers"]
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert container["args"] == ["run", "--leader-elect"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert {"cpu", "memory"} <= set(container["resources"]["requests"])
+    assert "memory" in container["resources"]["limits"]
+
+
+def test_metrics_service_selects_the_operator_pods() -> None:
+    service = one("operator.yaml", "Service")
+    labels = one("operator.yaml", "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]

@@ -46,6 +46,7 @@ class ResourceType:
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",),
                           status_subresource=True)
 SECRETS = ResourceType("", "v1", "secrets", "Secret")
+SERVICES = ResourceType("", "v1", "services", "Service", short_names=("svc",), status_subresource=True)
 CORE_EVENTS = ResourceType("", "v1", "events", "Event", short_names=("ev",))
 EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", short_names=("ev",))
 DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", short_names=("deploy",),
@@ -63,7 +64,8 @@ QUEUESCALERS = ResourceType("queuescale.io", "v1alpha1", "queuescalers", "QueueS
                             status_subresource=True, generation=True, custom=True)
 
 BUILTIN: tuple[ResourceType, ...] = (
-    NAMESPACES, SECRETS, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES, CRDS, QUEUESCALERS,
+    NAMESPACES, SECRETS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES, CRDS,
+    QUEUESCALERS,
 )
 
 

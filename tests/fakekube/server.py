@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import printer
+from tests.fakekube import printer, rbac
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
 from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
@@ -175,19 +175,22 @@ class FakeKube:
     def __exit__(self, *_: object) -> None:
         self.stop()
 
-    def kubeconfig(self, namespace: str = "default") -> Obj:
+    def kubeconfig(self, namespace: str = "default", *, service_account: tuple[str, str] | None = None) -> Obj:
+        """A kubeconfig for the admin, or for a ServiceAccount `(namespace, name)` whose RBAC is enforced."""
+        token = TOKEN if service_account is None else f"{rbac.SA_TOKEN_PREFIX}{':'.join(service_account)}"
         return {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake", "user": {"token": TOKEN}}],
+            "users": [{"name": "fake", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
         }
 
-    def write_kubeconfig(self, path: Path | str, namespace: str = "default") -> Path:
+    def write_kubeconfig(self, path: Path | str, namespace: str = "default", *,
+                         service_account: tuple[str, str] | None = None) -> Path:
         target = Path(path)
-        target.write_text(yaml.safe_dump(self.kubeconfig(namespace)))
+        target.write_text(yaml.safe_dump(self.kubeconfig(namespace, service_account=service_account)))
         return target
 
     # ----------------------------------------------------------------------------------------------------------
@@ -606,6 +609,7 @@ class _Handler(BaseHTTPRequestHandler):
         route = _route(store, group, version, rest)
         rt = route.rt
         namespace = route.namespace if rt.namespaced else ""
+        self._authorize(method, route, params)
         if route.name is None:
             if method == "GET":
                 if _parse_bool(params.get("watch")):
@@ -672,6 +676,25 @@ class _Handler(BaseHTTPRequestHandler):
                                                  "uid": deleted["metadata"]["uid"]}})
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _authorize(self, method: str, route: _Route, params: dict[str, str]) -> None:
+        """Admin token: anything. ServiceAccount token: what its RBAC bindings allow. Anything else: 401."""
+        header = self.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip()
+        if token == TOKEN:
+            return
+        account = rbac.service_account_of(token)
+        if account is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        if route.name is None:
+            verb = {"GET": "watch" if _parse_bool(params.get("watch")) else "list", "POST": "create",
+                    "DELETE": "deletecollection"}.get(method, method.lower())
+        else:
+            verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+        resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
+        request = rbac.Request(verb, route.rt.group, resource, route.namespace or "", route.name or "")
+        if not rbac.allowed(self.server.fake.store, account, request):
+            raise rbac.forbidden(account, request, route.rt)
 
     def _admin(self, method: str, path: str, params: dict[str, str], raw_body: bytes) -> None:
         fake = self.server.fake

@@ -94,7 +94,9 @@ class Store:
         self.objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
         self.types: dict[tuple[str, str, str], ResourceType] = {}
         self.on_write: list[Callable[[ResourceType, Obj, Obj | None], None]] = []
-        for rt in BUILTIN:
+        from tests.fakekube import rbac
+
+        for rt in (*BUILTIN, *rbac.TYPES):
             self.register(rt)
         for namespace in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create(NAMESPACES, "", {"metadata": {"name": namespace}})
