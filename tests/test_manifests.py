@@ -21,7 +21,7 @@ import controller.sources.azure_queue  # noqa: F401 - registers the azure-queue 
 from controller.spec import Fields, ScaleTargetRef, SpecError, parse_duration, parse_queuescaler
 from controller.targets.kubernetes_scale import KubernetesScaleTarget
 from tests.fakekube import FakeKube
-from tests.fakekube.schema import apply_defaults, validation_errors
+from tests.fakekube.schema import apply_defaults, cel_errors, validation_errors
 from tests.test_fakekube import deployment
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -304,6 +304,74 @@ def test_string_patterns_and_enums_agree(path: str, value: Any, valid: bool) -> 
     assert python_valid is valid, f"parser on {path}={value!r}"
 
 
+def mutated(changes: dict[str, Any], removals: tuple[str, ...] = ()) -> dict[str, Any]:
+    doc = copy.deepcopy(VALID)
+    for path, value in changes.items():
+        set_path(doc, path, value)
+    for path in removals:
+        node: Any = doc
+        parts = path.replace("[]", ".0").split(".")
+        for part in parts[:-1]:
+            node = node[int(part)] if part.isdigit() else node[part]
+        del node[parts[-1]]
+    return doc
+
+
+AZURE = "spec.sources[]"
+CROSS_FIELD_PROBES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
+    ("valid", {}, ()),
+    ("min above max", {"spec.minReplicas": 11}, ()),
+    ("min equal to max", {"spec.minReplicas": 10}, ()),
+    ("fallback above max", {"spec.fallback.replicas": 11}, ()),
+    ("fixed fallback without replicas", {}, ("spec.fallback.replicas",)),
+    ("hold fallback with replicas", {"spec.fallback.mode": "hold"}, ()),
+    ("hold fallback", {"spec.fallback.mode": "hold"}, ("spec.fallback.replicas",)),
+    ("schedule min above spec max", {"spec.schedules[].minReplicas": 11, "spec.schedules[].maxReplicas": 12}, ()),
+    ("schedule min above its max", {"spec.schedules[].minReplicas": 4, "spec.schedules[].maxReplicas": 3}, ()),
+    ("schedule without bounds", {}, ("spec.schedules[].minReplicas", "spec.schedules[].maxReplicas")),
+    ("schedule of no length", {"spec.schedules[].end": "08:00"}, ()),
+    ("schedule starting at 24:00", {"spec.schedules[].start": "24:00"}, ()),
+    ("schedule over midnight", {"spec.schedules[].start": "22:00", "spec.schedules[].end": "06:00"}, ()),
+    ("two ways to authenticate", {f"{AZURE}.identity": "workload"}, ()),
+    ("no way to authenticate", {}, (f"{AZURE}.connectionSecretRef",)),
+    ("connection string with an account", {f"{AZURE}.accountName": "store"}, ()),
+    ("connection string with a cloud", {f"{AZURE}.cloud": "china"}, ()),
+    ("account key without an account", {f"{AZURE}.accountKeySecretRef": secret_ref()},
+     (f"{AZURE}.connectionSecretRef",)),
+    ("account key with an account", {f"{AZURE}.accountKeySecretRef": secret_ref(), f"{AZURE}.accountName": "store"},
+     (f"{AZURE}.connectionSecretRef",)),
+    ("workload identity in China", {f"{AZURE}.identity": "workload", f"{AZURE}.accountName": "store",
+                                    f"{AZURE}.cloud": "china"}, (f"{AZURE}.connectionSecretRef",)),
+    ("cloud and endpoint", {f"{AZURE}.identity": "workload", f"{AZURE}.accountName": "store",
+                            f"{AZURE}.cloud": "china", f"{AZURE}.endpoint": "http://127.0.0.1:10001/store"},
+     (f"{AZURE}.connectionSecretRef",)),
+    ("no queue name", {}, (f"{AZURE}.queueName",)),
+    ("polling below a second", {"spec.pollingInterval": "500ms"}, ()),
+    ("polling of a second in ms", {"spec.pollingInterval": "1000ms"}, ()),
+    ("polling of 1.5 seconds as text", {"spec.pollingInterval": "1.5"}, ()),
+    ("trend window below a second", {"spec.policy.trendWindow": "0.5"}, ()),
+    ("step period below a second", {"spec.policy.scaleUp.policies[].period": "900ms"}, ()),
+    ("drain time of an hour", {"spec.policy.drainTime": "1h"}, ()),
+]
+
+
+VALID_PROBES = {
+    "valid", "min equal to max", "hold fallback", "schedule over midnight", "account key with an account",
+    "workload identity in China", "polling of a second in ms", "polling of 1.5 seconds as text",
+    "drain time of an hour",
+}
+
+
+@pytest.mark.parametrize(("name", "changes", "removals"), CROSS_FIELD_PROBES, ids=[n for n, _, _ in CROSS_FIELD_PROBES])
+def test_cel_rules_and_the_parser_agree_on_cross_field_rules(name: str, changes: dict[str, Any],
+                                                             removals: tuple[str, ...]) -> None:
+    doc = apply_defaults(mutated(changes, removals), SCHEMA)
+    assert validation_errors(doc, SCHEMA) == []  # only the CEL rules decide these
+    valid = name in VALID_PROBES
+    assert (cel_errors(doc, SCHEMA) == []) is valid, f"CEL: {cel_errors(doc, SCHEMA)}"
+    assert (python_errors(doc) == []) is valid, f"parser: {python_errors(doc)}"
+
+
 def test_cross_field_rules_are_cel_validations() -> None:
     def nodes(schema: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield schema
@@ -344,6 +412,7 @@ def test_the_schema_is_structural() -> None:
 @pytest.mark.parametrize("doc", example_queuescalers(), ids=lambda d: d["metadata"]["name"])
 def test_examples_are_valid_for_the_crd_and_the_parser(doc: dict[str, Any]) -> None:
     assert validation_errors(doc, SCHEMA) == []
+    assert cel_errors(apply_defaults(doc, SCHEMA), SCHEMA) == []
     assert validation_errors(apply_defaults(doc, SCHEMA), SCHEMA) == []
     assert parse_queuescaler(doc) == parse_queuescaler(apply_defaults(doc, SCHEMA))
 

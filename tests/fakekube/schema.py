@@ -2,7 +2,8 @@
 
 Defaulting follows apiextensions: a default fills an absent property, defaults apply inside defaulted objects
 (hence `default: {}` on parents), and array items are defaulted one by one. Validation uses `jsonschema`
-(OpenAPI v3.0 is draft 4 with boolean exclusiveMinimum); it ignores `x-kubernetes-*`, so CEL rules are not run.
+(OpenAPI v3.0 is draft 4 with boolean exclusiveMinimum), and the `x-kubernetes-validations` CEL rules run on
+cel-python (standard CEL; the Kubernetes CEL libraries beyond it, such as `isURL` or `quantity`, are missing).
 """
 
 from __future__ import annotations
@@ -12,7 +13,11 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+import celpy
 import jsonschema
+from celpy.adapter import json_to_cel
+from celpy.celparser import CELParseError
+from celpy.evaluation import CELEvalError, CELUnsupportedError
 
 
 def apply_defaults(value: Any, schema: dict[str, Any]) -> Any:
@@ -47,3 +52,38 @@ def validation_errors(value: Any, schema: dict[str, Any]) -> list[tuple[str, str
         path = field_path(deque(error.absolute_path))
         found.append((path, error.message))
     return sorted(found)
+
+
+def cel_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[tuple[str, str]]:
+    """(field path, message) for every `x-kubernetes-validations` rule that does not hold, evaluated with `self`
+    bound to the value at the rule's node, as the API server does after defaulting."""
+    found: list[tuple[str, str]] = []
+    for rule in schema.get("x-kubernetes-validations") or []:
+        try:
+            result = _program(rule["rule"]).evaluate({"self": json_to_cel(value)})
+            if isinstance(result, CELEvalError):
+                raise result
+            holds = bool(result)
+            message = str(rule.get("message") or f"failed rule: {rule['rule']}")
+        except (CELEvalError, CELParseError, CELUnsupportedError, TypeError, ValueError) as error:
+            holds, message = False, f"rule {rule['rule']!r} could not be evaluated: {error}"
+        if not holds:
+            found.append((path + str(rule.get("fieldPath", "")), message))
+    if isinstance(value, dict):
+        for name, child in (schema.get("properties") or {}).items():
+            if name in value:
+                found += cel_errors(value[name], child, f"{path}.{name}" if path else name)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            found += cel_errors(item, schema["items"], f"{path}[{index}]")
+    return found
+
+
+_CEL = celpy.Environment()
+_PROGRAMS: dict[str, Any] = {}
+
+
+def _program(rule: str) -> Any:
+    if rule not in _PROGRAMS:
+        _PROGRAMS[rule] = _CEL.program(_CEL.compile(rule))
+    return _PROGRAMS[rule]

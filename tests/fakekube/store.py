@@ -319,7 +319,7 @@ class Store:
         body = {k: v for k, v in obj.items() if k != "metadata"}
         defaulted = schema.apply_defaults(body, rt.schema)
         obj.update(defaulted)
-        errors = schema.validation_errors(defaulted, rt.schema)
+        errors = schema.validation_errors(defaulted, rt.schema) or schema.cel_errors(defaulted, rt.schema)
         if errors:
             name = str(obj["metadata"].get("name", ""))
             causes = [{"reason": "FieldValueInvalid", "message": message, "field": path} for path, message in errors]
