@@ -701,7 +701,8 @@ def test_runs_as_a_subprocess_with_admin_endpoints(tmp_path: Path) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     root = Path(__file__).resolve().parent.parent
     process = subprocess.Popen([sys.executable, "-m", "tests.fakekube", "--port", "0", "--kubeconfig-out",
-                                str(kubeconfig)], cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
+                                str(kubeconfig), "--crd", str(root / "manifests" / "crd.yaml")],
+                               cwd=root, env={**os.environ, "PYTHONPATH": str(root)},
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 15
@@ -721,6 +722,12 @@ def test_runs_as_a_subprocess_with_admin_endpoints(tmp_path: Path) -> None:
                 core.list_namespaced_secret("default")
             assert caught.value.status == 503
             assert core.list_namespaced_secret("default").items == []
+            client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+                GROUP, VERSION, "default", PLURAL, queuescaler())
+            with urllib.request.urlopen(f"{server}/_fake/table?resource=qs&namespace=default", timeout=5) as table:
+                lines = table.read().decode().splitlines()
+            assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "AGE"]
+            assert lines[1].split()[:5] == ["orders", "worker", "0", "10", "<none>"]
         finally:
             api_client.close()
     finally:

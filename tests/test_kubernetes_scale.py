@@ -2,14 +2,23 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
+import yaml
 from kubernetes.aio import client as aio_client
 
-from controller.spec import ScaleTargetRef
+import controller.sources.azure_queue  # noqa: F401 - registers the azure-queue kind
+from controller.policy import SourceReading
+from controller.reconciler import Reconciler
+from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec, parse_queuescaler
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 from controller.targets.kubernetes_scale import KubernetesScaleTarget, TargetThrottled
 from tests.fakekube import FakeKube
 from tests.test_fakekube import deployment
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -140,3 +149,74 @@ async def test_an_unreachable_api_server_is_retryable() -> None:
             await target(api).read()
     assert caught.value.code == "Unavailable"
     assert caught.value.retryable
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# With the reconciler the operator runs
+
+
+class QueueOf:
+    """A source that always sees `count` messages."""
+
+    def __init__(self, spec: SourceSpec, count: int) -> None:
+        self._spec = spec
+        self.count = count
+
+    @property
+    def spec(self) -> SourceSpec:
+        return self._spec
+
+    async def poll(self, budget: float) -> SourceReading:
+        del budget
+        return SourceReading.of(self.count)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class StillClock:
+    def now(self) -> float:
+        return 1_800_000_000.0
+
+    async def sleep(self, seconds: float) -> None:
+        del seconds
+
+
+class RacedTarget(KubernetesScaleTarget):
+    """Someone else writes the Deployment right after our first read: our write must lose and be redone."""
+
+    def __init__(self, fake: FakeKube, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fake = fake
+        self.raced = False
+
+    async def read(self) -> ScaleState:
+        state = await super().read()
+        if not self.raced:
+            self.raced = True
+            rt = self.fake.resource("apps/v1", "Deployment")
+            self.fake.store.patch(rt, "shop", "orders-worker", "application/merge-patch+json",
+                                  {"metadata": {"annotations": {"deployed-by": "ci"}}})
+        return state
+
+
+def orders_rule() -> QueueScaler:
+    (doc,) = list(yaml.safe_load_all((ROOT / "examples" / "orders-worker.yaml").read_text()))
+    return parse_queuescaler(doc)
+
+
+async def test_the_reconciler_scales_a_deployment_and_redoes_a_raced_write(fake_kube: FakeKube,
+                                                                           aio_api: aio_client.ApiClient) -> None:
+    fake_kube.ensure_namespace("shop")
+    fake_kube.create({**deployment("orders-worker", replicas=1), "metadata": {"name": "orders-worker",
+                                                                              "namespace": "shop"}})
+    rule = orders_rule()
+    target = RacedTarget(fake_kube, aio_api, rule.spec.scale_target_ref, rule.namespace)
+    reconciler = Reconciler(rule, [QueueOf(rule.spec.sources[0], 100)], target, StillClock())
+    result = await reconciler.tick()
+    assert result.target_error is None
+    assert result.decision is not None
+    assert result.decision.desired == 5  # 100 messages / 20 per replica
+    assert fake_kube.get("apps/v1", "Deployment", "orders-worker", "shop")["spec"]["replicas"] == 5
+    writes = [r.status for r in fake_kube.requests if r.method == "PUT" and r.path.endswith("/scale")]
+    assert writes == [409, 200]
