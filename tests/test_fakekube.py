@@ -587,6 +587,14 @@ def test_core_events_can_be_created_patched_and_listed(fake_kube: FakeKube, core
     assert [(e["reason"], e["count"]) for e in events] == [("Scaled", 2)]
 
 
+def test_core_event_must_be_in_its_objects_namespace(core: client.CoreV1Api) -> None:
+    with pytest.raises(ApiException) as caught:
+        core.create_namespaced_event("default", {
+            "metadata": {"name": "orders.1"}, "reason": "Scaled",
+            "involvedObject": {"kind": "QueueScaler", "name": "orders", "namespace": "shop"}})
+    assert caught.value.status == 422
+
+
 def test_discovery_lists_groups_and_subresources(api: client.ApiClient) -> None:
     groups = client.ApisApi(api).get_api_versions()
     assert {"apps", "coordination.k8s.io", "queuescale.io"} <= {g.name for g in groups.groups}

@@ -130,7 +130,8 @@ async def test_a_custom_kind_with_a_scale_subresource_is_discovered(fake_kube: F
                  "versions": [{"name": "v1", "served": True, "storage": True,
                                "subresources": {"scale": {"specReplicasPath": ".spec.replicas",
                                                           "statusReplicasPath": ".status.replicas"}},
-                               "schema": {"openAPIV3Schema": {"type": "object"}}}]},
+                               "schema": {"openAPIV3Schema": {"type": "object",
+                                                                "x-kubernetes-preserve-unknown-fields": True}}}]},
     })
     fake_kube.create({"apiVersion": "example.io/v1", "kind": "Rollout", "metadata": {"name": "r"},
                       "spec": {"replicas": 1}})

@@ -443,6 +443,34 @@ def test_the_server_refuses_a_rule_the_schema_refuses(api: client.ApiClient) -> 
     assert "spec.minReplicas" in caught.value.body
 
 
+def test_the_server_prunes_unknown_fields_or_refuses_them_when_strict(api: client.ApiClient) -> None:
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+    custom = client.CustomObjectsApi(api)
+    doc = copy.deepcopy(VALID)
+    doc["spec"]["maxReplica"] = 3  # a typo
+    doc["spec"]["policy"]["targetPerReplicas"] = 2
+    with pytest.raises(client.ApiException) as caught:
+        custom.create_namespaced_custom_object("queuescale.io", "v1alpha1", "default", "queuescalers", doc,
+                                               field_validation="Strict")
+    assert caught.value.status == 400
+    assert 'unknown field "spec.maxReplica"' in json.loads(caught.value.body)["message"]
+    created = custom.create_namespaced_custom_object("queuescale.io", "v1alpha1", "default", "queuescalers", doc)
+    assert "maxReplica" not in created["spec"]
+    assert "targetPerReplicas" not in created["spec"]["policy"]
+
+
+def test_status_keeps_the_operators_own_fields(api: client.ApiClient) -> None:
+    client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
+    custom = client.CustomObjectsApi(api)
+    custom.create_namespaced_custom_object("queuescale.io", "v1alpha1", "default", "queuescalers", VALID)
+    memory = {"recommendations": [[1800000000.0, 3]], "lastScaleUp": 1800000000.0}
+    written = custom.patch_namespaced_custom_object_status(
+        "queuescale.io", "v1alpha1", "default", "queuescalers", "every-field",
+        {"status": {"observedGeneration": 1, "memory": memory, "somethingNew": True}})
+    assert written["status"]["memory"] == memory
+    assert written["status"]["somethingNew"] is True
+
+
 def test_printer_columns_show_like_kubectl_get_qs(fake_kube: FakeKube, api: client.ApiClient) -> None:
     client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
     custom = client.CustomObjectsApi(api)

@@ -87,3 +87,42 @@ def _program(rule: str) -> Any:
     if rule not in _PROGRAMS:
         _PROGRAMS[rule] = _CEL.program(_CEL.compile(rule))
     return _PROGRAMS[rule]
+
+
+def unknown_fields(value: Any, schema: dict[str, Any], path: str = "") -> list[str]:
+    """Paths of fields the schema does not declare (the server prunes them, or refuses them when Strict)."""
+    found: list[str] = []
+    if isinstance(value, dict) and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        for name, child in value.items():
+            at = f"{path}.{name}" if path else name
+            if properties is not None and name in properties:
+                found += unknown_fields(child, properties[name], at)
+            elif isinstance(additional, dict):
+                found += unknown_fields(child, additional, at)
+            elif properties is not None or additional is False:
+                found.append(at)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            found += unknown_fields(item, schema["items"], f"{path}[{index}]")
+    return found
+
+
+def prune(value: Any, schema: dict[str, Any]) -> Any:
+    """`value` without the fields the schema does not declare, as the API server stores a custom resource."""
+    if isinstance(value, dict) and not schema.get("x-kubernetes-preserve-unknown-fields"):
+        properties = schema.get("properties")
+        additional = schema.get("additionalProperties")
+        if properties is None and not isinstance(additional, dict):
+            return value
+        kept = {}
+        for name, child in value.items():
+            if properties is not None and name in properties:
+                kept[name] = prune(child, properties[name])
+            elif isinstance(additional, dict):
+                kept[name] = prune(child, additional)
+        return kept
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [prune(item, schema["items"]) for item in value]
+    return value

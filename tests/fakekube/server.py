@@ -610,6 +610,7 @@ class _Handler(BaseHTTPRequestHandler):
         rt = route.rt
         namespace = route.namespace if rt.namespaced else ""
         self._authorize(method, route, params)
+        strict = params.get("fieldValidation") == "Strict"
         if route.name is None:
             if method == "GET":
                 if _parse_bool(params.get("watch")):
@@ -630,7 +631,7 @@ class _Handler(BaseHTTPRequestHandler):
                 body = self._decode(raw_body)
                 if not isinstance(body, dict):
                     raise bad_request("the body must be an object")
-                self.send_json(201, store.create(rt, namespace or "", body))
+                self.send_json(201, store.create(rt, namespace or "", body, strict=strict))
                 return
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         assert namespace is not None
@@ -659,11 +660,11 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._decode(raw_body)
             if not isinstance(body, dict):
                 raise bad_request("the body must be an object")
-            self.send_json(200, store.update(rt, namespace, name, body, subresource=route.subresource))
+            self.send_json(200, store.update(rt, namespace, name, body, subresource=route.subresource, strict=strict))
         elif method == "PATCH":
             content_type = self.headers.get("Content-Type", "")
             self.send_json(200, store.patch(rt, namespace, name, content_type, self._decode(raw_body),
-                                            subresource=route.subresource))
+                                            subresource=route.subresource, strict=strict))
         elif method == "DELETE" and not route.subresource:
             options = self._decode(raw_body) if raw_body else {}
             precondition = ((options or {}).get("preconditions") or {}).get("resourceVersion")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.fakekube import patches, schema
-from tests.fakekube.resources import BUILTIN, CRDS, DEPLOYMENTS, NAMESPACES, Obj, ResourceType, from_crd
+from tests.fakekube.resources import BUILTIN, CORE_EVENTS, CRDS, DEPLOYMENTS, NAMESPACES, Obj, ResourceType, from_crd
 
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp", "selfLink")
 
@@ -183,7 +183,7 @@ class Store:
             raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
                            {"name": namespace, "kind": "namespaces"})
 
-    def create(self, rt: ResourceType, namespace: str, body: Obj) -> Obj:
+    def create(self, rt: ResourceType, namespace: str, body: Obj, *, strict: bool = False) -> Obj:
         with self.lock:
             obj = copy.deepcopy(body)
             meta = obj.setdefault("metadata", {})
@@ -221,7 +221,12 @@ class Store:
                 obj.pop("status", None)
             obj.pop("apiVersion", None)
             obj.pop("kind", None)
-            self._admit(rt, obj)
+            if rt.key == CORE_EVENTS.key:
+                involved = (obj.get("involvedObject") or {}).get("namespace")
+                if involved and involved != namespace:
+                    raise invalid(rt, name, "involvedObject.namespace",
+                                  f'Invalid value: "{involved}": does not match event.namespace')
+            self._admit(rt, obj, strict=strict)
             return self._commit(rt, "ADDED", obj, None)
 
     def _current(self, rt: ResourceType, namespace: str, name: str) -> Obj:
@@ -240,7 +245,8 @@ class Store:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
         return meta
 
-    def update(self, rt: ResourceType, namespace: str, name: str, body: Obj, *, subresource: str = "") -> Obj:
+    def update(self, rt: ResourceType, namespace: str, name: str, body: Obj, *, subresource: str = "",
+               strict: bool = False) -> Obj:
         """PUT: the whole object (or only its status, for the status subresource), with optimistic concurrency."""
         with self.lock:
             current = self._current(rt, namespace, name)
@@ -249,10 +255,10 @@ class Store:
             sent_version = meta.get("resourceVersion")
             if sent_version not in (None, "") and str(sent_version) != current["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
-            return self._write(rt, current, body, subresource)
+            return self._write(rt, current, body, subresource, strict=strict)
 
     def patch(self, rt: ResourceType, namespace: str, name: str, content_type: str, patch: Any, *,
-              subresource: str = "") -> Obj:
+              subresource: str = "", strict: bool = False) -> Obj:
         with self.lock:
             current = self._current(rt, namespace, name)
             presented = self._present(rt, current)
@@ -267,9 +273,9 @@ class Store:
                 raise conflict(rt, name)
             if subresource == "scale":
                 return self._write_scale(rt, current, patched)
-            return self._write(rt, current, patched, subresource)
+            return self._write(rt, current, patched, subresource, strict=strict)
 
-    def _write(self, rt: ResourceType, current: Obj, body: Obj, subresource: str) -> Obj:
+    def _write(self, rt: ResourceType, current: Obj, body: Obj, subresource: str, *, strict: bool = False) -> Obj:
         previous = copy.deepcopy(current)
         name = current["metadata"]["name"]
         if subresource == "status":
@@ -306,18 +312,28 @@ class Store:
             if rt.generation and (_spec_of(new) != _spec_of(current)
                                   or (rt.key == DEPLOYMENTS.key and annotations_changed)):
                 meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
-        self._admit(rt, new)
+        self._admit(rt, new, strict=strict)
         if new == current:
             # A no-op write does not change resourceVersion and sends no watch event, as in the real server.
             return self._present(rt, current)
         return self._commit(rt, "MODIFIED", new, previous)
 
-    def _admit(self, rt: ResourceType, obj: Obj) -> None:
+    def _admit(self, rt: ResourceType, obj: Obj, *, strict: bool = False) -> None:
         """A custom resource with a schema is defaulted and validated like the real server does (CEL aside)."""
         if rt.schema is None:
             return
         body = {k: v for k, v in obj.items() if k != "metadata"}
-        defaulted = schema.apply_defaults(body, rt.schema)
+        # apiVersion, kind and metadata are the server's; the rest is pruned to what the schema declares.
+        own_schema = {**rt.schema, "properties": {**rt.schema.get("properties", {}), "apiVersion": {}, "kind": {},
+                                                  "metadata": {"x-kubernetes-preserve-unknown-fields": True}}}
+        unknown = schema.unknown_fields(body, own_schema)
+        if unknown and strict:
+            fields = ", ".join(f'unknown field "{field}"' for field in unknown)
+            raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
+                              f"decoding error: {fields}")
+        defaulted = schema.apply_defaults(schema.prune(body, own_schema), rt.schema)
+        for key in [k for k in obj if k != "metadata"]:
+            del obj[key]
         obj.update(defaulted)
         errors = schema.validation_errors(defaulted, rt.schema) or schema.cel_errors(defaulted, rt.schema)
         if errors:
