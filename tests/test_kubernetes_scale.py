@@ -40,6 +40,29 @@ async def test_read_returns_replicas_and_the_version_to_write_against(fake_kube:
 
 
 @pytest.mark.usefixtures("worker")
+async def test_ready_replicas_come_from_the_workload_when_asked(fake_kube: FakeKube,
+                                                                aio_api: aio_client.ApiClient) -> None:
+    assert (await target(aio_api).read()).ready_replicas is None  # a Scale does not say
+    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", read_ready=True)
+    assert (await worker.read()).ready_replicas == 2
+    fake_kube.set_ready_delay(None)  # pods never come
+    await worker.scale(5, await worker.read())
+    state = await worker.read()
+    assert (state.replicas, state.ready_replicas) == (5, 2)
+
+
+@pytest.mark.usefixtures("worker")
+async def test_ready_replicas_are_unknown_without_rbac_to_read_the_workload(fake_kube: FakeKube,
+                                                                           aio_api: aio_client.ApiClient) -> None:
+    fake_kube.add_fault(method="GET", path="/deployments/worker$", status=403, times=None)
+    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", read_ready=True)
+    assert (await worker.read()).ready_replicas is None
+    assert (await worker.read()).replicas == 2
+    asked = [r for r in fake_kube.requests if r.path.endswith("/deployments/worker")]
+    assert len(asked) == 1
+
+
+@pytest.mark.usefixtures("worker")
 async def test_scale_sets_spec_replicas(fake_kube: FakeKube, aio_api: aio_client.ApiClient) -> None:
     worker = target(aio_api)
     written = await worker.scale(5, await worker.read())

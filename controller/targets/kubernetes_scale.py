@@ -12,7 +12,9 @@ again instead of overwriting a newer decision.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +24,8 @@ from kubernetes.aio.client.exceptions import ApiException
 
 from controller.spec import ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
+
+log = logging.getLogger(__name__)
 
 # Kinds whose plural is known without asking discovery (group, kind) -> plural.
 KNOWN_PLURALS: Mapping[tuple[str, str], str] = {
@@ -50,8 +54,11 @@ class KubernetesScaleTarget:
     """One workload in one namespace, read and scaled through its scale subresource."""
 
     def __init__(self, api: ApiClient, ref: ScaleTargetRef, namespace: str, *, plural: str | None = None,
-                 request_timeout: float = 10.0) -> None:
+                 request_timeout: float = 10.0, read_ready: bool = False) -> None:
+        """`read_ready`: also GET the workload for status.readyReplicas (a Scale does not carry it). That needs
+        `get` on the workload kind itself; without it (403) ready replicas stay unknown and are not asked again."""
         self._api = api
+        self.read_ready = read_ready
         self._ref = ref
         self.namespace = namespace
         self.group, self.version = split_api_version(ref.api_version)
@@ -69,8 +76,25 @@ class KubernetesScaleTarget:
 
     async def read(self) -> ScaleState:
         """The target's Scale: spec.replicas and the resourceVersion to write against."""
-        scale = await self._request("GET", await self._scale_path())
-        return _state(scale)
+        path = await self._scale_path()
+        state = _state(await self._request("GET", path))
+        if not self.read_ready:
+            return state
+        return dataclasses.replace(state, ready_replicas=await self._ready_replicas(path.removesuffix("/scale")))
+
+    async def _ready_replicas(self, path: str) -> int | None:
+        """status.readyReplicas of the workload (absent means 0), or None when it cannot be read."""
+        try:
+            workload = await self._request("GET", path)
+        except TargetError as error:
+            if error.code == "Forbidden":
+                self.read_ready = False  # RBAC will not change by itself: stop asking
+                log.warning("%s: cannot read ready replicas (%s); reporting them as unknown", self.description,
+                            error.message)
+            return None
+        status = workload.get("status") if isinstance(workload, dict) else None
+        ready = status.get("readyReplicas") if isinstance(status, dict) else None
+        return int(ready) if isinstance(ready, int) else 0
 
     async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
         """Set spec.replicas, only if the target has not changed since `read` (TargetConflict otherwise)."""
