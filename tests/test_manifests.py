@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from kubernetes import client, config, watch
@@ -602,6 +603,16 @@ def test_operator_records_events_on_rules(operator_api: client.ApiClient) -> Non
     core.patch_namespaced_event(event.metadata.name, "shop", {"count": 2},
                                 _content_type="application/merge-patch+json")
     forbidden(core.list_namespaced_event, "shop")
+
+
+ALL_MANIFESTS = [(name, doc) for name in ("crd.yaml", "rbac.yaml", "operator.yaml") for doc in manifest(name)]
+
+
+@pytest.mark.parametrize(("name", "doc"), ALL_MANIFESTS,
+                         ids=[f"{n}:{d['kind']}/{d['metadata']['name']}" for n, d in ALL_MANIFESTS])
+def test_manifests_are_valid_kubernetes_objects(name: str, doc: dict[str, Any]) -> None:
+    del name
+    kubernetes_validate.validate(doc, "1.33", strict=True)
 
 
 def test_rbac_grants_no_wildcards_and_no_secret_enumeration() -> None:
