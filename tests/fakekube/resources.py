@@ -1,0 +1,95 @@
+"""The kinds the fake API server serves, described the way discovery describes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ResourceType:
+    """One resource (a group, version and plural) and the rules the real registry applies to it."""
+
+    group: str  # "" for the core group
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    status_subresource: bool = False
+    scale_subresource: bool = False
+    # Whether the registry sets metadata.generation (1 on create, +1 on each spec change).
+    generation: bool = False
+    # Custom resources accept merge and JSON patch only: strategic merge patch is 415 for them.
+    custom: bool = False
+    verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
+    printer_columns: tuple[Obj, ...] = ()
+    schema: Obj | None = field(default=None, compare=False)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """`deployments.apps`, `secrets`: how the real server names a resource in error messages."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """Storage key: objects of one group and plural are shared by every version that serves them."""
+        return (self.group, self.plural)
+
+
+NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",),
+                          status_subresource=True)
+SECRETS = ResourceType("", "v1", "secrets", "Secret")
+SERVICES = ResourceType("", "v1", "services", "Service", short_names=("svc",), status_subresource=True)
+CORE_EVENTS = ResourceType("", "v1", "events", "Event", short_names=("ev",))
+EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", short_names=("ev",))
+DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", short_names=("deploy",),
+                           status_subresource=True, scale_subresource=True, generation=True)
+STATEFULSETS = ResourceType("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",),
+                            status_subresource=True, scale_subresource=True, generation=True)
+REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",),
+                           status_subresource=True, scale_subresource=True, generation=True)
+LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+                    namespaced=False, short_names=("crd", "crds"), status_subresource=True, generation=True)
+# Served before any CRD is installed, so tests of the operator need not install one; installing the CRD from
+# manifests/crd.yaml replaces this with the CRD's own schema and printer columns.
+QUEUESCALERS = ResourceType("queuescale.io", "v1alpha1", "queuescalers", "QueueScaler", short_names=("qs",),
+                            status_subresource=True, generation=True, custom=True)
+
+BUILTIN: tuple[ResourceType, ...] = (
+    NAMESPACES, SECRETS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES, CRDS,
+    QUEUESCALERS,
+)
+
+
+def from_crd(crd: Obj) -> list[ResourceType]:
+    """The resource types a CustomResourceDefinition serves (one per served version)."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    types = []
+    for version in spec.get("versions") or []:
+        if not version.get("served", True):
+            continue
+        subresources = version.get("subresources") or {}
+        types.append(ResourceType(
+            group=str(spec.get("group", "")),
+            version=str(version.get("name", "")),
+            plural=str(names.get("plural", "")),
+            kind=str(names.get("kind", "")),
+            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+            short_names=tuple(names.get("shortNames") or ()),
+            status_subresource="status" in subresources,
+            scale_subresource="scale" in subresources,
+            generation=True,
+            custom=True,
+            printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
+            schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+        ))
+    return types

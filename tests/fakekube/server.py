@@ -1,0 +1,803 @@
+"""A fake kube-apiserver on 127.0.0.1 for tests, reached by the official client through a kubeconfig.
+
+Run it in-process (`FakeKube().start()`, a thread) or as a subprocess (`python -m tests.fakekube --port 0
+--kubeconfig-out FILE`). Tests steer it through this object or, for a subprocess, the `/_fake/*` admin endpoints:
+faults (429 with Retry-After, 500, latency), dropped watches, compaction, and a Deployment "controller" that makes
+status follow spec.replicas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.fakekube import printer, rbac
+from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
+from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector
+from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
+
+TOKEN = "fake-token"
+
+
+@dataclass
+class Fault:
+    """Answer the next `times` requests matching `method` and the `path` regex (searched in path?query)."""
+
+    path: str = ".*"
+    method: str = ".*"
+    status: int | None = None  # None: only add latency
+    times: int | None = 1  # None: every matching request until cleared
+    retry_after: int | None = None
+    latency: float = 0.0
+    message: str = ""
+
+    def matches(self, method: str, target: str) -> bool:
+        return bool(re.fullmatch(self.method, method, re.IGNORECASE)) and bool(re.search(self.path, target))
+
+    @classmethod
+    def from_json(cls, body: Obj) -> Fault:
+        return cls(path=str(body.get("path", ".*")), method=str(body.get("method", ".*")),
+                   status=body.get("status"), times=body.get("times", 1), retry_after=body.get("retryAfter"),
+                   latency=float(body.get("latency", 0.0)), message=str(body.get("message", "")))
+
+
+_FAULT_REASONS = {429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+                  403: "Forbidden", 401: "Unauthorized", 404: "NotFound", 409: "Conflict"}
+
+
+def _fault_error(fault: Fault) -> ApiError:
+    assert fault.status is not None
+    code = fault.status
+    reason = _FAULT_REASONS.get(code, "Unknown")
+    message = fault.message or {
+        429: "Too many requests, please try again later.",
+        500: "Internal error occurred: injected fault",
+        503: "The server is currently unable to handle the request",
+    }.get(code, f"injected fault {code}")
+    details: Obj | None = None
+    headers: dict[str, str] = {}
+    if fault.retry_after is not None:
+        details = {"retryAfterSeconds": fault.retry_after}
+        headers["Retry-After"] = str(fault.retry_after)
+    return ApiError(code, reason, message, details, headers)
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    method: str
+    path: str
+    query: str
+    content_type: str
+    status: int
+
+
+@dataclass
+class _Route:
+    rt: ResourceType
+    namespace: str | None  # None: all namespaces (or a cluster-scoped kind)
+    name: str | None
+    subresource: str
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False
+    block_on_close = True
+
+    def __init__(self, fake: FakeKube, address: tuple[str, int]) -> None:
+        self.fake = fake
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def get_request(self) -> tuple[socket.socket, Any]:
+        conn, addr = super().get_request()
+        with self.connections_lock:
+            self.connections.add(conn)
+        return conn, addr
+
+    def shutdown_request(self, request: Any) -> None:
+        with self.connections_lock:
+            self.connections.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        with self.connections_lock:
+            for conn in list(self.connections):
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+
+
+class FakeKube:
+    """The fake API server. Everything a test sees goes through HTTP; the helpers below read the same store."""
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0, history_limit: int = 1000,
+                 bookmark_interval: float = 1.0, ready_delay: float | None = 0.0) -> None:
+        if host not in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("the fake API server listens on loopback only")
+        self.store = Store(history_limit=history_limit)
+        self.bookmark_interval = bookmark_interval
+        self.faults: list[Fault] = []
+        self.requests: list[RequestRecord] = []
+        self._watch_epoch = 0
+        self._graceful_drop = False
+        self._stopping = threading.Event()
+        self._server = _Server(self, (host, port))
+        self._thread: threading.Thread | None = None
+        self.controller = _WorkloadController(self.store, ready_delay, self._stopping)
+        self.store.on_write.append(self.controller.observe)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Lifecycle
+
+    @property
+    def port(self) -> int:
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> FakeKube:
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"fakekube:{self.port}", daemon=True)
+        self._thread.start()
+        self.controller.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, end every watch and connection, and join every thread this server started."""
+        self._stopping.set()
+        with self.store.lock:
+            self.store.changed.notify_all()
+        self._server.shutdown()
+        self._server.close_connections()
+        self._server.server_close()  # joins the handler threads
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.controller.join()
+
+    def __enter__(self) -> FakeKube:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def kubeconfig(self, namespace: str = "default", *, service_account: tuple[str, str] | None = None) -> Obj:
+        """A kubeconfig for the admin, or for a ServiceAccount `(namespace, name)` whose RBAC is enforced."""
+        token = TOKEN if service_account is None else f"{rbac.SA_TOKEN_PREFIX}{':'.join(service_account)}"
+        return {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {"token": token}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+            "current-context": "fake",
+        }
+
+    def write_kubeconfig(self, path: Path | str, namespace: str = "default", *,
+                         service_account: tuple[str, str] | None = None) -> Path:
+        target = Path(path)
+        target.write_text(yaml.safe_dump(self.kubeconfig(namespace, service_account=service_account)))
+        return target
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Faults and disruptions
+
+    def add_fault(self, fault: Fault | None = None, **kwargs: Any) -> Fault:
+        """Add a fault (a `Fault`, or its fields as keywords); faults apply in the order added."""
+        added = fault or Fault(**kwargs)
+        with self.store.lock:
+            self.faults.append(added)
+        return added
+
+    def clear_faults(self) -> None:
+        with self.store.lock:
+            self.faults.clear()
+
+    def drop_watches(self, *, graceful: bool = False) -> None:
+        """End every open watch: abruptly (the connection breaks mid-stream) or gracefully (the stream ends)."""
+        with self.store.lock:
+            self._watch_epoch += 1
+            self._graceful_drop = graceful
+            self.store.changed.notify_all()
+
+    def compact(self) -> int:
+        """Forget the event history: a watch from any resourceVersion before now gets 410 Gone."""
+        return self.store.compact()
+
+    def set_ready_delay(self, seconds: float | None) -> None:
+        """Seconds before a workload's status follows spec.replicas; None stops the controller (pods never come)."""
+        self.controller.set_delay(seconds)
+
+    def _take_fault(self, method: str, target: str) -> Fault | None:
+        with self.store.lock:
+            for fault in self.faults:
+                if fault.matches(method, target) and (fault.times is None or fault.times > 0):
+                    if fault.times is not None:
+                        fault.times -= 1
+                    return fault
+        return None
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Helpers for tests (they bypass HTTP, not the registry rules)
+
+    def resource(self, api_version: str, kind: str) -> ResourceType:
+        group, _, version = api_version.rpartition("/")
+        with self.store.lock:
+            for rt in self.store.types.values():
+                if rt.group == group and rt.version == version and (kind in (rt.kind, rt.plural)):
+                    return rt
+        raise KeyError(f"the fake API server does not serve {kind} in {api_version}")
+
+    def ensure_namespace(self, namespace: str) -> None:
+        with self.store.lock:
+            if ("", namespace) not in self.store.objects[NAMESPACES.key]:
+                self.store.create(NAMESPACES, "", {"metadata": {"name": namespace}})
+
+    def create(self, obj: Obj) -> Obj:
+        """Create an object from a manifest (its namespace, default "default", is created if missing)."""
+        rt = self.resource(str(obj["apiVersion"]), str(obj["kind"]))
+        namespace = str(obj.get("metadata", {}).get("namespace") or "default") if rt.namespaced else ""
+        if rt.namespaced:
+            self.ensure_namespace(namespace)
+        return self.store.create(rt, namespace, obj)
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str = "default") -> Obj:
+        rt = self.resource(api_version, kind)
+        return self.store.get(rt, namespace if rt.namespaced else "", name)
+
+    def list_objects(self, api_version: str, kind: str, namespace: str | None = None) -> list[Obj]:
+        return self.store.list(self.resource(api_version, kind), namespace)[0]
+
+    def events(self, namespace: str | None = None) -> list[Obj]:
+        """Every Event (core v1 and events.k8s.io/v1) in a namespace, oldest first."""
+        found = self.store.list(CORE_EVENTS, namespace)[0] + self.store.list(EVENTS_V1, namespace)[0]
+        return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))
+
+    def table(self, resource: str = "qs", namespace: str | None = "default") -> str:
+        """What `kubectl get <resource> [-n ns | -A]` prints, from the CRD's printer columns."""
+        rt = self.store.find_kind(resource)
+        if rt is None:
+            raise KeyError(f'the server doesn\'t have a resource type "{resource}"')
+        return printer.table(rt, self.store.list(rt, namespace)[0], all_namespaces=namespace is None)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Watches (run in the handler thread of the request)
+
+    def watch(self, handler: _Handler, route: _Route, params: dict[str, str]) -> None:
+        rt = route.rt
+        match = _matcher(params)
+        timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        bookmarks = _parse_bool(params.get("allowWatchBookmarks"))
+        requested = params.get("resourceVersion", "")
+        store = self.store
+
+        def in_scope(obj: Obj | None) -> bool:
+            if obj is None:
+                return False
+            namespace = obj["metadata"].get("namespace", "")
+            return (route.namespace is None or namespace == route.namespace) and match(obj)
+
+        with store.lock:
+            epoch = self._watch_epoch
+            initial: list[Obj] = []
+            if requested in ("", "0"):
+                items, cursor = store.list(rt, route.namespace, match)
+                initial = [{"type": "ADDED", "object": item} for item in items]
+            else:
+                try:
+                    cursor = int(requested)
+                except ValueError:
+                    raise bad_request(f'invalid resource version "{requested}"') from None
+        handler.start_chunked()
+        if requested not in ("", "0") and cursor < store.compacted:
+            handler.send_chunk(_expired(cursor, store.compacted))
+            handler.end_chunked()
+            return
+        for added in initial:
+            if not handler.send_chunk(added):
+                return
+        next_bookmark = time.monotonic() + self.bookmark_interval
+        while True:
+            to_send: list[Obj] = []
+            with store.lock:
+                while True:
+                    if self._stopping.is_set():
+                        handler.close_connection = True
+                        handler.end_chunked()
+                        return
+                    if self._watch_epoch != epoch:
+                        if self._graceful_drop:
+                            handler.end_chunked()
+                        handler.close_connection = True
+                        return
+                    if cursor < store.compacted:
+                        # The watch fell behind the retained window: the real server ends it with 410.
+                        handler.send_chunk(_expired(cursor, store.compacted))
+                        handler.end_chunked()
+                        return
+                    now = time.monotonic()
+                    if deadline is not None and now >= deadline:
+                        handler.end_chunked()
+                        return
+                    events = [e for e in store.events_after(cursor) if e.key == rt.key]
+                    for event in events:
+                        shown = _filtered(event, in_scope, rt)
+                        if shown is not None:
+                            to_send.append(shown)
+                    cursor = store.revision
+                    if to_send:
+                        break
+                    if bookmarks and now >= next_bookmark:
+                        to_send.append({"type": "BOOKMARK", "object": {
+                            "kind": rt.kind, "apiVersion": rt.api_version,
+                            "metadata": {"resourceVersion": str(cursor)}}})
+                        next_bookmark = now + self.bookmark_interval
+                        break
+                    wait = 0.25
+                    if deadline is not None:
+                        wait = min(wait, max(0.0, deadline - now))
+                    if bookmarks:
+                        wait = min(wait, max(0.0, next_bookmark - now))
+                    store.changed.wait(wait)
+            for outgoing in to_send:
+                if not handler.send_chunk(outgoing):
+                    return
+
+
+def _parse_bool(value: str | None) -> bool:
+    """Go's strconv.ParseBool, as the server parses query flags (the Python client sends `watch=True`)."""
+    return value in ("1", "t", "T", "true", "TRUE", "True")
+
+
+def _expired(requested: int, oldest: int) -> Obj:
+    return {"type": "ERROR", "object": ApiError(410, "Expired", f"too old resource version: {requested} ({oldest})")
+            .status()}
+
+
+def _filtered(event: WatchEvent, in_scope: Callable[[Obj | None], bool], rt: ResourceType) -> Obj | None:
+    """The event a filtered watch sends: an object entering the selection is ADDED, leaving it DELETED."""
+    now_in = in_scope(event.object)
+    was_in = in_scope(event.previous)
+    if event.type == "MODIFIED":
+        kind = "MODIFIED" if now_in and was_in else "ADDED" if now_in else "DELETED" if was_in else None
+    else:
+        kind = event.type if now_in else None
+    if kind is None:
+        return None
+    shown = copy.deepcopy(event.object)
+    shown["apiVersion"] = rt.api_version
+    shown["kind"] = rt.kind
+    return {"type": kind, "object": shown}
+
+
+def _matcher(params: dict[str, str]) -> Callable[[Obj], bool]:
+    try:
+        labels = parse_label_selector(params.get("labelSelector", ""))
+        fields = parse_field_selector(params.get("fieldSelector", ""))
+    except SelectorError as error:
+        raise bad_request(str(error)) from error
+
+    def match(obj: Obj) -> bool:
+        return labels(obj.get("metadata", {}).get("labels") or {}) and fields(obj)
+
+    return match
+
+
+class _WorkloadController:
+    """Makes workload status follow spec.replicas, like the Deployment/StatefulSet controllers with pods that start
+    (after `delay` seconds, or at once). One thread, stopped with the server."""
+
+    def __init__(self, store: Store, delay: float | None, stopping: threading.Event) -> None:
+        self.store = store
+        self.delay = delay
+        self.stopping = stopping
+        self.due: dict[tuple[tuple[str, str], str, str], tuple[float, ResourceType]] = {}
+        self.thread: threading.Thread | None = None
+
+    def set_delay(self, seconds: float | None) -> None:
+        with self.store.lock:
+            self.delay = seconds
+            self.store.changed.notify_all()
+
+    def observe(self, rt: ResourceType, obj: Obj, previous: Obj | None) -> None:
+        del previous
+        if not (rt.scale_subresource and rt.group == "apps") or self.delay is None:
+            return
+        meta = obj["metadata"]
+        if meta.get("name") is None or obj.get("status") == self._status(obj):
+            return
+        key = (rt.key, meta.get("namespace", ""), meta["name"])
+        if self.delay == 0:
+            self.settle(rt, key)
+        else:
+            self.due.setdefault(key, (time.monotonic() + self.delay, rt))
+
+    @staticmethod
+    def _status(obj: Obj) -> Obj:
+        replicas = int((obj.get("spec") or {}).get("replicas", 1))
+        status: Obj = {"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
+                       "updatedReplicas": replicas}
+        if replicas:  # the real controllers omit zero counts
+            status.update(readyReplicas=replicas, availableReplicas=replicas)
+        return status
+
+    def settle(self, rt: ResourceType, key: tuple[tuple[str, str], str, str]) -> None:
+        with self.store.lock:
+            obj = self.store.objects[rt.key].get((key[1], key[2]))
+            if obj is None:
+                return
+            self.store.update(rt, key[1], key[2], {"metadata": {"name": key[2]}, "status": self._status(obj)},
+                              subresource="status")
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="fakekube-controller", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        with self.store.lock:
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                for key, (when, rt) in list(self.due.items()):
+                    if when <= now and self.delay is not None:
+                        del self.due[key]
+                        self.settle(rt, key)
+                self.store.changed.wait(0.05)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        del format, args
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Responses
+
+    def send_json(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self._status_code = code
+
+    def send_error_status(self, error: ApiError) -> None:
+        self.send_json(error.code, error.status(), error.headers)
+
+    def start_chunked(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.flush()
+        self._status_code = 200
+
+    def send_chunk(self, event: Obj) -> bool:
+        data = json.dumps(event).encode() + b"\n"
+        try:
+            self.wfile.write(f"{len(data):X}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+            return False
+        return True
+
+    def end_chunked(self) -> None:
+        with contextlib.suppress(OSError):
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Dispatch
+
+    def do_GET(self) -> None:
+        self._handle("GET")
+
+    def do_POST(self) -> None:
+        self._handle("POST")
+
+    def do_PUT(self) -> None:
+        self._handle("PUT")
+
+    def do_PATCH(self) -> None:
+        self._handle("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._handle("DELETE")
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _handle(self, method: str) -> None:
+        fake = self.server.fake
+        parsed = urllib.parse.urlsplit(self.path)
+        params = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
+        raw_body = self._read_body()
+        self._status_code = 0
+        try:
+            if parsed.path.startswith("/_fake/"):
+                self._admin(method, parsed.path, params, raw_body)
+                return
+            target = parsed.path + ("?" + parsed.query if parsed.query else "")
+            fault = fake._take_fault(method, target)
+            if fault is not None:
+                if fault.latency:
+                    fake._stopping.wait(fault.latency)
+                if fault.status is not None:
+                    raise _fault_error(fault)
+            self._api(method, parsed.path, params, raw_body)
+        except ApiError as error:
+            self.send_error_status(error)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        finally:
+            content_type = self.headers.get("Content-Type", "")
+            with fake.store.lock:
+                fake.requests.append(RequestRecord(method, parsed.path, parsed.query, content_type,
+                                                   self._status_code))
+                del fake.requests[:-5000]
+
+    def _decode(self, raw_body: bytes) -> Any:
+        content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if "yaml" in content_type:
+            raise ApiError(415, "UnsupportedMediaType",
+                           f'the body of the request was in an unknown format - accepted media types include: '
+                           f'application/json (the fake API server does not do server-side apply: "{content_type}")')
+        try:
+            return json.loads(raw_body or b"null")
+        except json.JSONDecodeError as error:
+            raise bad_request(f"couldn't get version/kind; json parse error: {error}") from error
+
+    def _api(self, method: str, path: str, params: dict[str, str], raw_body: bytes) -> None:
+        fake = self.server.fake
+        store = fake.store
+        parts = [p for p in path.split("/") if p]
+        if path in ("/version", "/version/"):
+            self.send_json(200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "platform": "linux/amd64"})
+            return
+        if parts == ["api"]:
+            self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{fake.port}"}]})
+            return
+        if parts == ["apis"]:
+            self.send_json(200, _group_list(store))
+            return
+        if parts and parts[0] == "api" and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts and parts[0] == "apis" and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        elif parts and parts[0] == "apis" and len(parts) == 2:
+            groups = [g for g in _group_list(store)["groups"] if g["name"] == parts[1]]
+            if not groups:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self.send_json(200, {"kind": "APIGroup", "apiVersion": "v1", **groups[0]})
+            return
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if not rest:
+            resources = _resource_list(store, group, version)
+            if resources is None:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            self.send_json(200, resources)
+            return
+        route = _route(store, group, version, rest)
+        rt = route.rt
+        namespace = route.namespace if rt.namespaced else ""
+        self._authorize(method, route, params)
+        strict = params.get("fieldValidation") == "Strict"
+        if route.name is None:
+            if method == "GET":
+                if _parse_bool(params.get("watch")):
+                    fake.watch(self, route, params)
+                    return
+                items, revision = store.list(rt, route.namespace if rt.namespaced else None, _matcher(params))
+                if not rt.custom:
+                    for item in items:  # built-in lists carry kind and apiVersion once, on the list
+                        item.pop("kind", None)
+                        item.pop("apiVersion", None)
+                self.send_json(200, {"kind": f"{rt.kind}List", "apiVersion": rt.api_version,
+                                     "metadata": {"resourceVersion": str(revision)}, "items": items})
+                return
+            if method == "POST":
+                if route.namespace is None and rt.namespaced:
+                    raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
+                                   "resource")
+                body = self._decode(raw_body)
+                if not isinstance(body, dict):
+                    raise bad_request("the body must be an object")
+                self.send_json(201, store.create(rt, namespace or "", body, strict=strict))
+                return
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+        assert namespace is not None
+        name = route.name
+        if route.subresource == "scale":
+            if not rt.scale_subresource:
+                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            if method == "GET":
+                self.send_json(200, store.get_scale(rt, namespace, name))
+            elif method == "PUT":
+                body = self._decode(raw_body)
+                self.send_json(200, store.update_scale(rt, namespace, name, body if isinstance(body, dict) else {}))
+            elif method == "PATCH":
+                content_type = self.headers.get("Content-Type", "")
+                self.send_json(200, store.patch(rt, namespace, name, content_type, self._decode(raw_body),
+                                                subresource="scale"))
+            else:
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
+                               "resource")
+            return
+        if route.subresource not in ("", "status") or (route.subresource == "status" and not rt.status_subresource):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        if method == "GET":
+            self.send_json(200, store.get(rt, namespace, name))
+        elif method == "PUT":
+            body = self._decode(raw_body)
+            if not isinstance(body, dict):
+                raise bad_request("the body must be an object")
+            self.send_json(200, store.update(rt, namespace, name, body, subresource=route.subresource, strict=strict))
+        elif method == "PATCH":
+            content_type = self.headers.get("Content-Type", "")
+            self.send_json(200, store.patch(rt, namespace, name, content_type, self._decode(raw_body),
+                                            subresource=route.subresource, strict=strict))
+        elif method == "DELETE" and not route.subresource:
+            options = self._decode(raw_body) if raw_body else {}
+            precondition = ((options or {}).get("preconditions") or {}).get("resourceVersion")
+            deleted = store.delete(rt, namespace, name, precondition)
+            if rt.custom:
+                self.send_json(200, deleted)
+            else:
+                self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                     "details": {"name": name, "group": rt.group, "kind": rt.plural,
+                                                 "uid": deleted["metadata"]["uid"]}})
+        else:
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _authorize(self, method: str, route: _Route, params: dict[str, str]) -> None:
+        """Admin token: anything. ServiceAccount token: what its RBAC bindings allow. Anything else: 401."""
+        header = self.headers.get("Authorization", "")
+        token = header.removeprefix("Bearer ").strip()
+        if token == TOKEN:
+            return
+        account = rbac.service_account_of(token)
+        if account is None:
+            raise ApiError(401, "Unauthorized", "Unauthorized")
+        if route.name is None:
+            verb = {"GET": "watch" if _parse_bool(params.get("watch")) else "list", "POST": "create",
+                    "DELETE": "deletecollection"}.get(method, method.lower())
+        else:
+            verb = {"GET": "get", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+        resource = route.rt.plural + (f"/{route.subresource}" if route.subresource else "")
+        request = rbac.Request(verb, route.rt.group, resource, route.namespace or "", route.name or "")
+        if not rbac.allowed(self.server.fake.store, account, request):
+            raise rbac.forbidden(account, request, route.rt)
+
+    def _admin(self, method: str, path: str, params: dict[str, str], raw_body: bytes) -> None:
+        fake = self.server.fake
+        body = json.loads(raw_body) if raw_body else {}
+        if path == "/_fake/faults" and method == "POST":
+            fake.add_fault(Fault.from_json(body))
+            self.send_json(201, {"faults": len(fake.faults)})
+        elif path == "/_fake/faults" and method == "DELETE":
+            fake.clear_faults()
+            self.send_json(200, {"faults": 0})
+        elif path == "/_fake/drop-watches" and method == "POST":
+            fake.drop_watches(graceful=bool(body.get("graceful", False)))
+            self.send_json(200, {})
+        elif path == "/_fake/compact" and method == "POST":
+            self.send_json(200, {"resourceVersion": str(fake.compact())})
+        elif path == "/_fake/ready-delay" and method == "POST":
+            fake.set_ready_delay(body.get("seconds"))
+            self.send_json(200, {})
+        elif path == "/_fake/objects" and method == "POST":
+            self.send_json(201, fake.create(body))
+        elif path == "/_fake/table" and method == "GET":
+            namespace = params.get("namespace") or None
+            try:
+                text = fake.table(params.get("resource", "qs"), namespace).encode()
+            except KeyError as error:
+                raise not_found_resource(str(error)) from error
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(text)))
+            self.end_headers()
+            self.wfile.write(text)
+            self._status_code = 200
+        elif path == "/_fake/requests" and method == "GET":
+            with fake.store.lock:
+                records = [vars(r) for r in fake.requests]
+            self.send_json(200, {"requests": records})
+        else:
+            raise ApiError(404, "NotFound", f"no admin endpoint {method} {path}")
+
+
+def not_found_resource(message: str) -> ApiError:
+    return ApiError(404, "NotFound", message)
+
+
+def _route(store: Store, group: str, version: str, rest: list[str]) -> _Route:
+    def resolve(plural: str) -> ResourceType:
+        rt = store.lookup(group, version, plural)
+        if rt is None:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return rt
+
+    if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
+        namespace = rest[1]
+        rt = resolve(rest[2])
+        if not rt.namespaced:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        tail = rest[3:]
+    else:
+        namespace = None
+        rt = resolve(rest[0])
+        tail = rest[1:]
+    if len(tail) > 2:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    name = tail[0] if tail else None
+    subresource = tail[1] if len(tail) > 1 else ""
+    if rt.namespaced and name is not None and namespace is None:
+        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+    return _Route(rt, namespace, name, subresource)
+
+
+def _group_list(store: Store) -> Obj:
+    groups: dict[str, list[str]] = {}
+    with store.lock:
+        for rt in store.types.values():
+            if rt.group:
+                versions = groups.setdefault(rt.group, [])
+                if rt.version not in versions:
+                    versions.append(rt.version)
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [
+        {"name": name, "versions": [{"groupVersion": f"{name}/{v}", "version": v} for v in versions],
+         "preferredVersion": {"groupVersion": f"{name}/{versions[0]}", "version": versions[0]}}
+        for name, versions in sorted(groups.items())]}
+
+
+def _resource_list(store: Store, group: str, version: str) -> Obj | None:
+    with store.lock:
+        types = [rt for rt in store.types.values() if rt.group == group and rt.version == version]
+    if not types:
+        return None
+    resources: list[Obj] = []
+    for rt in types:
+        resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
+                          "kind": rt.kind, "verbs": list(rt.verbs), "shortNames": list(rt.short_names)})
+        if rt.status_subresource:
+            resources.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
+                              "kind": rt.kind, "verbs": ["get", "patch", "update"]})
+        if rt.scale_subresource:
+            resources.append({"name": f"{rt.plural}/scale", "singularName": "", "namespaced": rt.namespaced,
+                              "group": "autoscaling", "version": "v1", "kind": "Scale",
+                              "verbs": ["get", "patch", "update"]})
+    return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources}
+
+
+__all__ = ["TOKEN", "ApiError", "FakeKube", "Fault", "RequestRecord", "not_found"]
