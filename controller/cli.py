@@ -41,6 +41,69 @@ def _replicas(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
     return int(text)
+def _duration(text: str) -> float:
+    from controller.spec import parse_duration
+
+    seconds = parse_duration(text)
+    if seconds is None:
+        raise argparse.ArgumentTypeError(f'must be a duration like 15, "15s" or "1m", got "{text}"')
+    return seconds
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from controller import logs
+    from controller.operator import OperatorOptions, run
+
+    logs.configure(args.log_format, args.log_level)
+    options = OperatorOptions(
+        kubeconfig=args.kubeconfig,
+        context=args.context,
+        namespaces=tuple(args.namespace or ()),
+        selector=args.selector,
+        leader_elect=args.leader_elect,
+        lease_namespace=args.lease_namespace,
+        lease_name=args.lease_name,
+        identity=args.identity,
+        lease_duration=args.lease_duration,
+        renew_deadline=args.renew_deadline,
+        retry_period=args.retry_period,
+        bind_address=args.bind_address,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        status_interval=args.status_interval,
+    )
+    return asyncio.run(run(options))
+
+
+def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    import os
+
+    run = commands.add_parser(
+        "run", help="run the operator", description="Watch QueueScalers and scale their targets.",
+    )
+    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
+    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument("--namespace", action="append", metavar="NS",
+                     help="watch only this namespace (repeatable; default: all namespaces)")
+    run.add_argument("--selector", help="watch only rules with these labels (e.g. shard=a), to shard rules")
+    run.add_argument("--leader-elect", action="store_true", help="only the holder of a Lease scales")
+    run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "queuescale-system"))
+    run.add_argument("--lease-name", default="queuescale-operator")
+    run.add_argument("--identity", default=os.environ.get("POD_NAME", ""),
+                     help="leader election identity (default: POD_NAME, else host name and process id)")
+    run.add_argument("--lease-duration", type=_duration, default=15.0)
+    run.add_argument("--renew-deadline", type=_duration, default=10.0)
+    run.add_argument("--retry-period", type=_duration, default=2.0)
+    run.add_argument("--bind-address", default="0.0.0.0", help="address for the health and metrics servers")
+    run.add_argument("--metrics-port", type=int, default=8080)
+    run.add_argument("--health-port", type=int, default=8081)
+    run.add_argument("--status-interval", type=_duration, default=30.0,
+                     help="write status changes that are only counts at most this often (default 30s)")
+    run.add_argument("--log-format", choices=("text", "json"), default="text")
+    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    run.set_defaults(handler=_run)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the replica count to decide from (default 0)")
     check.add_argument("--json", action="store_true", help="one JSON object per rule, one per line")
     check.set_defaults(handler=_check)
+    _add_run(commands)
     return parser
 
 

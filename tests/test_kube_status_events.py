@@ -47,7 +47,7 @@ def conditions(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def test_a_good_tick_says_ready_active_and_the_counts() -> None:
     status = tick_status(result(1000), None, NOW)
     assert status["observedGeneration"] == 3
-    assert status["count"] == 1000 and status["desiredReplicas"] == 200 and status["currentReplicas"] == 200
+    assert status["queueLength"] == 1000 and status["desiredReplicas"] == 200 and status["currentReplicas"] == 200
     assert status["sources"] == [{"type": "azure-queue", "queue": "queue-0", "count": 1000}]
     assert status["lastScaleTime"] == rfc3339(NOW)
     found = conditions(status)

@@ -7,6 +7,7 @@ threshold; reason and message are the policy's last decision), Fallback, Paused.
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ Status = dict[str, Any]
 
 MAX_MESSAGE = 1024
 # Fields that change on every poll; a change in them alone is written at most every `volatile_interval`.
-VOLATILE_FIELDS = ("count", "trend", "sources", "lastPollTime", "lastDecision")
+VOLATILE_FIELDS = ("queueLength", "trend", "sources", "lastPollTime", "lastDecision")
 
 
 def rfc3339(seconds: float) -> str:
@@ -48,9 +49,17 @@ def condition(
         if old.get("type") == kind and old.get("status") == status and isinstance(old.get("lastTransitionTime"), str):
             transition = old["lastTransitionTime"]
     return {
-        "type": kind, "status": status, "reason": reason, "message": _short(message),
+        "type": kind, "status": status, "reason": _reason(reason), "message": _short(message),
         "observedGeneration": generation, "lastTransitionTime": transition,
     }
+
+
+def _reason(text: str) -> str:
+    """A reason the API accepts (CamelCase letters and digits): queue services' codes are, but be sure."""
+    cleaned = re.sub(r"[^A-Za-z0-9_]", "", text)
+    if not cleaned or not cleaned[0].isalpha():
+        cleaned = "Error" + cleaned
+    return cleaned[:1024]
 
 
 def _previous_conditions(previous: Mapping[str, Any] | None) -> list[Mapping[str, Any]]:
@@ -96,13 +105,13 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         "memory": result.memory.to_json(),
     }
     previous_status = previous or {}
-    for carried in ("lastScaleTime", "desiredReplicas", "currentReplicas", "readyReplicas", "count", "trend"):
+    for carried in ("lastScaleTime", "desiredReplicas", "currentReplicas", "readyReplicas", "queueLength", "trend"):
         if carried in previous_status:
             status[carried] = previous_status[carried]
     decision = result.decision
     if decision is not None:
         if decision.count is not None:
-            status["count"] = _number(decision.count)
+            status["queueLength"] = _number(decision.count)
         if decision.trend is not None:
             status["trend"] = round(decision.trend, 2)
         status["desiredReplicas"] = decision.desired

@@ -82,6 +82,7 @@ class RequestRecord:
     query: str
     content_type: str
     status: int
+    user_agent: str = ""
 
 
 @dataclass
@@ -560,7 +561,7 @@ class _Handler(BaseHTTPRequestHandler):
             content_type = self.headers.get("Content-Type", "")
             with fake.store.lock:
                 fake.requests.append(RequestRecord(method, parsed.path, parsed.query, content_type,
-                                                   self._status_code))
+                                                   self._status_code, self.headers.get("User-Agent", "")))
                 del fake.requests[:-5000]
 
     def _decode(self, raw_body: bytes) -> Any:

@@ -1,0 +1,496 @@
+"""`queuescale run`: watch QueueScalers and run one reconciler per rule while this replica leads.
+
+The pieces: a `RuleWatcher` per scope feeds `Operator` (sync / upsert / delete); each valid rule gets a
+`Reconciler` running on its own task with a `KubernetesScaleTarget` and its sources; a `RuleReporter` turns each tick
+into metrics, a status patch (only when something changed) and rate-limited events. Leader election gates the
+rule tasks; health and metrics are served on their own ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+import controller.sources  # noqa: F401  (registers the queue kinds)
+from controller import __version__
+from controller.httpserve import HttpServer
+from controller.kube.api import KubeApi, KubeError, core_path, load_configuration, rules_path
+from controller.kube.events import EventRecorder, ObjectRef
+from controller.kube.lease import LeaderElector
+from controller.kube.rules import RuleWatcher
+from controller.kube.secrets import SecretCache
+from controller.kube.status import invalid_status, memory_from_status, setup_failed_status, significant, tick_status
+from controller.metrics import Metrics
+from controller.policy import ScalingMemory
+from controller.reconciler import Clock, Reconciler, SystemClock, TickResult
+from controller.sources.base import Source, SourceContext, build_source
+from controller.spec import API_GROUP, API_VERSION, KIND, FieldError, QueueScaler, SpecError, parse_queuescaler
+from controller.targets.base import Target
+from controller.targets.kubernetes_scale import KubernetesScaleTarget
+
+log = logging.getLogger(__name__)
+
+AUTH_CODES = {"AuthenticationFailed", "AuthorizationPermissionMismatch", "AuthorizationResourceTypeMismatch",
+              "AuthorizationFailure"}
+
+
+@dataclass
+class OperatorOptions:
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespaces: tuple[str, ...] = ()
+    selector: str | None = None
+    leader_elect: bool = False
+    lease_namespace: str = "queuescale-system"
+    lease_name: str = "queuescale-operator"
+    identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+    bind_address: str = "0.0.0.0"
+    metrics_port: int = 8080
+    health_port: int = 8081
+    status_interval: float = 30.0
+    shutdown_grace: float = 10.0
+    watch_timeout: int = 300
+    http_timeout: float = 10.0
+
+
+@dataclass
+class RuleState:
+    key: str
+    obj: dict[str, Any]
+    uid: str = ""
+    rule: QueueScaler | None = None
+    errors: tuple[FieldError, ...] = ()
+    reconciler: Reconciler | None = None
+    task: asyncio.Task[None] | None = None
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    last_status: dict[str, Any] | None = None
+    last_write: float = 0.0
+    fingerprint: tuple[object, ...] = ()
+
+    @property
+    def namespace(self) -> str:
+        return str((self.obj.get("metadata") or {}).get("namespace") or "default")
+
+    @property
+    def name(self) -> str:
+        return str((self.obj.get("metadata") or {}).get("name") or "")
+
+    def ref(self) -> ObjectRef:
+        return ObjectRef(f"{API_GROUP}/{API_VERSION}", KIND, self.name, self.namespace, self.uid)
+
+
+def _fingerprint(obj: dict[str, Any]) -> tuple[object, ...]:
+    """What makes a rule different for the operator: its spec (generation) and the pause annotation."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return (meta.get("uid"), meta.get("generation"), annotations.get("queuescale.io/paused"))
+
+
+TargetFactory = Callable[[QueueScaler], Target]
+
+
+class Operator:
+    """Keeps one reconciler task per valid rule while leading; writes what each tick saw."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        http: httpx.AsyncClient,
+        options: OperatorOptions,
+        *,
+        metrics: Metrics | None = None,
+        clock: Clock | None = None,
+        target_factory: TargetFactory | None = None,
+    ) -> None:
+        self.api = api
+        self.http = http
+        self.options = options
+        self.metrics = metrics or Metrics()
+        self.clock = clock or SystemClock()
+        self.identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
+        self.secrets = SecretCache(self._read_secret)
+        self.events = EventRecorder(self._send_event, self.identity)
+        self.target_factory = target_factory or self._kubernetes_target
+        self.rules: dict[str, RuleState] = {}
+        self.leading = not options.leader_elect
+        self.synced_scopes: set[str | None] = set()
+        self.ready = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self.metrics.leader.set(1 if self.leading else 0)
+
+    # ---------------------------------------------------------------------------------------------- plumbing
+
+    async def _read_secret(self, namespace: str, name: str) -> dict[str, Any]:
+        secret = await self.api.request("GET", core_path("secrets", namespace, name))
+        data = secret.get("data") or {}
+        return data if isinstance(data, dict) else {}
+
+    async def _send_event(self, namespace: str, body: dict[str, Any]) -> None:
+        await self.api.request("POST", core_path("events", namespace), body=body)
+
+    def _kubernetes_target(self, rule: QueueScaler) -> Target:
+        return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace)
+
+    def _sources(self, rule: QueueScaler) -> list[Source]:
+        context = SourceContext(http=self.http, secrets=self.secrets.resolver(rule.namespace), namespace=rule.namespace)
+        return [build_source(spec, context) for spec in rule.spec.sources]
+
+    # ---------------------------------------------------------------------------------------------- watch handler
+
+    async def sync(self, scope: str | None, objects: list[dict[str, Any]]) -> None:
+        async with self._lock:
+            seen = set()
+            for obj in objects:
+                seen.add(_key(obj))
+                await self._upsert(obj)
+            for key, state in list(self.rules.items()):
+                in_scope = scope is None or state.namespace == scope
+                if in_scope and key not in seen:
+                    await self._delete(key)
+            self.synced_scopes.add(scope)
+            wanted: set[str | None] = set(self.options.namespaces) or {None}
+            if wanted <= self.synced_scopes:
+                self.ready.set()
+            self._count_rules()
+
+    async def upsert(self, obj: dict[str, Any]) -> None:
+        async with self._lock:
+            await self._upsert(obj)
+            self._count_rules()
+
+    async def delete(self, obj: dict[str, Any]) -> None:
+        async with self._lock:
+            await self._delete(_key(obj))
+            self._count_rules()
+
+    async def _upsert(self, obj: dict[str, Any]) -> None:
+        key = _key(obj)
+        state = self.rules.get(key)
+        fingerprint = _fingerprint(obj)
+        if state is not None and state.uid != str((obj.get("metadata") or {}).get("uid") or ""):
+            await self._delete(key)  # deleted and created again under the same name
+            state = None
+        if state is None:
+            state = RuleState(key=key, obj=obj, uid=str((obj.get("metadata") or {}).get("uid") or ""))
+            status = obj.get("status")
+            state.last_status = status if isinstance(status, dict) else None
+            self.rules[key] = state
+        state.obj = obj
+        if fingerprint == state.fingerprint:
+            return  # our own status write, or a metadata change that does not matter
+        state.fingerprint = fingerprint
+        try:
+            rule = parse_queuescaler(obj)
+        except SpecError as exc:
+            await self._stop_task(state, graceful=False)
+            state.rule, state.errors, state.reconciler = None, exc.errors, None
+            log.warning("rule %s is not valid: %s", key, exc)
+            if self.leading:
+                await self._report_invalid(state)
+            return
+        state.rule, state.errors = rule, ()
+        try:
+            sources = self._sources(rule)
+        except KeyError as exc:  # a kind the spec knows but this build cannot poll
+            await self._stop_task(state, graceful=False)
+            state.reconciler = None
+            if self.leading:
+                now = self.clock.now()
+                await self._write_status(state, setup_failed_status(
+                    rule, "UnsupportedQueueKind", f"no poller for queue kind {exc}", state.last_status, now), now)
+            return
+        if state.reconciler is None:
+            state.reconciler = Reconciler(
+                rule, sources, self.target_factory(rule), self.clock, RuleReporter(self, state),
+                memory=self._stored_memory(state),
+            )
+        else:
+            state.reconciler.update(rule, sources)
+            state.reconciler.target = self.target_factory(rule)
+        if self.leading and state.task is None:
+            self._start_task(state)
+
+    def _stored_memory(self, state: RuleState) -> ScalingMemory:
+        stored = memory_from_status(state.last_status)
+        if stored is None:
+            return ScalingMemory()
+        try:
+            return ScalingMemory.from_json(stored)
+        except ValueError as exc:
+            log.warning("rule %s: ignoring its stored memory (%s)", state.key, exc)
+            return ScalingMemory()
+
+    async def _delete(self, key: str) -> None:
+        state = self.rules.pop(key, None)
+        if state is None:
+            return
+        await self._stop_task(state, graceful=False)
+        self.metrics.forget_rule(state.namespace, state.name)
+        self.events.limiter.forget(f"{state.namespace}/{state.name}/{state.uid}")
+        log.info("rule %s deleted: stopped", key)
+
+    def _count_rules(self) -> None:
+        counts = {"ready": 0, "not_ready": 0, "invalid": 0, "paused": 0}
+        for state in self.rules.values():
+            if state.rule is None:
+                counts["invalid"] += 1
+            elif state.rule.paused:
+                counts["paused"] += 1
+            elif _ready(state.last_status):
+                counts["ready"] += 1
+            else:
+                counts["not_ready"] += 1
+        for name, value in counts.items():
+            self.metrics.rules.labels(state=name).set(value)
+
+    # ---------------------------------------------------------------------------------------------- tasks
+
+    def _start_task(self, state: RuleState) -> None:
+        assert state.reconciler is not None
+        state.stop = asyncio.Event()
+        reconciler, stop = state.reconciler, state.stop
+
+        async def run() -> None:
+            try:
+                await reconciler.run(stop)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("rule %s: the loop failed; it restarts on the next change", state.key)
+
+        state.task = asyncio.create_task(run(), name=f"rule {state.key}")
+
+    async def _stop_task(self, state: RuleState, *, graceful: bool) -> None:
+        task, state.task = state.task, None
+        if task is None:
+            return
+        state.stop.set()
+        if graceful:
+            with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), self.options.shutdown_grace)
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    async def started_leading(self) -> None:
+        async with self._lock:
+            self.leading = True
+            self.metrics.leader.set(1)
+            for state in self.rules.values():
+                if state.rule is None and state.errors:
+                    await self._report_invalid(state)
+                elif state.reconciler is not None and state.task is None:
+                    # Another leader may have written since: take its memory so cooldowns carry over.
+                    state.reconciler.memory = self._stored_memory(state)
+                    self._start_task(state)
+
+    async def stopped_leading(self) -> None:
+        # No lock: stop writing at once, even in the middle of a sync.
+        self.leading = False
+        self.metrics.leader.set(0)
+        await asyncio.gather(*(self._stop_task(s, graceful=False) for s in list(self.rules.values())))
+
+    async def shutdown(self) -> None:
+        """Let every in-flight tick finish (up to the grace period), then stop."""
+        await asyncio.gather(*(self._stop_task(s, graceful=True) for s in list(self.rules.values())))
+
+    # ---------------------------------------------------------------------------------------------- reporting
+
+    async def _report_invalid(self, state: RuleState) -> None:
+        now = self.clock.now()
+        generation = int((state.obj.get("metadata") or {}).get("generation") or 0)
+        status = invalid_status(state.name, generation, state.errors, state.last_status, now)
+        await self._write_status(state, status, now)
+        message = "; ".join(str(e) for e in state.errors)
+        await self.events.record(state.ref(), "Warning", "InvalidSpec", f"rule is not valid: {message}", now)
+
+    async def _write_status(self, state: RuleState, status: dict[str, Any], now: float) -> bool:
+        """Merge-patch the status subresource; keys we no longer report are set to null."""
+        if not self.leading:
+            return False
+        patch = dict(status)
+        for gone in set(state.last_status or {}) - set(status):
+            patch[gone] = None
+        try:
+            await self.api.request_with_retries(
+                "PATCH", rules_path(state.namespace, state.name, "status"), body={"status": patch},
+                content_type="application/merge-patch+json", attempts=3,
+            )
+        except KubeError as exc:
+            self.metrics.api_errors.labels(operation="patch_status", status=str(exc.status)).inc()
+            log.warning("rule %s: could not write status: %s %s", state.key, exc.status, exc.reason)
+            return False
+        state.last_status = status
+        state.last_write = now
+        return True
+
+
+class RuleReporter:
+    """Turns a rule's tick into metrics, a status write when something changed, and events."""
+
+    def __init__(self, operator: Operator, state: RuleState) -> None:
+        self.operator = operator
+        self.state = state
+
+    async def report(self, result: TickResult) -> None:
+        op, state = self.operator, self.state
+        if not op.leading:
+            return
+        now = op.clock.now()
+        rule = result.rule
+        labels = {"namespace": rule.namespace, "rule": rule.name}
+        metrics = op.metrics
+        metrics.tick_lateness.observe(result.lateness)
+        metrics.poll_duration.labels(type=rule.spec.sources[0].type if rule.spec.sources else "none").observe(
+            result.poll_seconds)
+        for source, reading in zip(rule.spec.sources, result.observation.readings, strict=False):
+            if reading.count is not None:
+                metrics.queue_length.labels(source=source.type, queue=source.queue_label, **labels).set(reading.count)
+            if reading.error is not None:
+                metrics.poll_errors.labels(reason=reading.error.code, **labels).inc()
+                if reading.error.code in AUTH_CODES:
+                    op.secrets.invalidate(rule.namespace)  # the key may have been rotated: read it again
+        decision = result.decision
+        if decision is not None:
+            if decision.count is not None:
+                metrics.rule_count.labels(**labels).set(decision.count)
+            metrics.desired_replicas.labels(**labels).set(decision.desired)
+        if result.state is not None:
+            metrics.current_replicas.labels(**labels).set(result.state.replicas)
+
+        ref = state.ref()
+        if result.scaled is not None and decision is not None:
+            direction = "up" if result.scaled.to_replicas > result.scaled.from_replicas else "down"
+            metrics.scale_operations.labels(direction=direction, result="success", **labels).inc()
+            reason = "ScaledUp" if direction == "up" else "ScaledDown"
+            await op.events.record(ref, "Normal", reason,
+                                   f"{result.scaled.from_replicas} -> {result.scaled.to_replicas}: "
+                                   f"{decision.reason}: {decision.message}", now)
+        elif result.target_error is not None:
+            wanted = decision is not None and decision.desired != decision.current
+            if wanted and decision is not None:
+                direction = "up" if decision.desired > decision.current else "down"
+                metrics.scale_operations.labels(direction=direction, result="error", **labels).inc()
+            ref_kind = rule.spec.scale_target_ref
+            await op.events.record(
+                ref, "Warning", "ScaleFailed" if wanted else "TargetUnavailable",
+                f"{ref_kind.kind} '{ref_kind.name}': {result.target_error.code}: {result.target_error.message}", now)
+        for source, reading in zip(rule.spec.sources, result.observation.readings, strict=False):
+            if reading.error is not None:
+                await op.events.record(ref, "Warning", reading.error.code,
+                                       f"queue '{source.queue_label}': {reading.error.message}", now)
+        if decision is not None and decision.fallback:
+            await op.events.record(ref, "Warning", "Fallback", decision.message, now)
+
+        status = tick_status(result, state.last_status, now)
+        previous = state.last_status or {}
+        if significant(status) != significant(previous) or (
+            status != previous and now - state.last_write >= op.options.status_interval
+        ):
+            await op._write_status(state, status, now)
+            op._count_rules()
+
+
+def _key(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+def _ready(status: dict[str, Any] | None) -> bool:
+    for c in (status or {}).get("conditions") or []:
+        if isinstance(c, dict) and c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+# -------------------------------------------------------------------------------------------------- main
+
+
+async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) -> int:
+    """Run until SIGTERM/SIGINT (or `stop`); exit code 0 after a clean shutdown."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, stop.set)
+    try:
+        configuration = await load_configuration(options.kubeconfig, options.context)
+    except Exception as exc:
+        log.error("cannot load a Kubernetes configuration: %s", type(exc).__name__ if not str(exc) else exc)
+        return 2
+    identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
+    options.identity = identity
+    api = KubeApi(configuration, user_agent=f"queuescale/{__version__} ({identity})")
+    limits = httpx.Limits(max_connections=200, max_keepalive_connections=100)
+    http = httpx.AsyncClient(timeout=options.http_timeout, limits=limits)
+    operator = Operator(api, http, options)
+    heartbeat = {"time": loop.time()}
+
+    def healthz() -> tuple[int, str, bytes]:
+        alive = loop.time() - heartbeat["time"] < 30
+        return (200, "text/plain", b"ok\n") if alive else (503, "text/plain", b"event loop stalled\n")
+
+    def readyz() -> tuple[int, str, bytes]:
+        return (200, "text/plain", b"ok\n") if operator.ready.is_set() else (503, "text/plain", b"not synced\n")
+
+    def metrics() -> tuple[int, str, bytes]:
+        return 200, CONTENT_TYPE_LATEST, generate_latest(operator.metrics.registry)
+
+    servers = []
+    tasks: list[asyncio.Task[Any]] = []
+    elector: LeaderElector | None = None
+    try:
+        servers.append(await HttpServer(options.bind_address, options.health_port,
+                                        {"/healthz": healthz, "/readyz": readyz}).start())
+        servers.append(await HttpServer(options.bind_address, options.metrics_port, {"/metrics": metrics}).start())
+        log.info("health on %s:%d, metrics on %s:%d", options.bind_address, servers[0].port, options.bind_address,
+                 servers[1].port)
+
+        async def beat() -> None:
+            while True:
+                heartbeat["time"] = loop.time()
+                await asyncio.sleep(1)
+
+        tasks.append(asyncio.create_task(beat()))
+        scopes: list[str | None] = list(options.namespaces) or [None]
+        for scope in scopes:
+            watcher = RuleWatcher(api, operator, namespace=scope, selector=options.selector,
+                                  watch_timeout=options.watch_timeout)
+            tasks.append(asyncio.create_task(watcher.run(), name=f"watch {scope or 'all'}"))
+        if options.leader_elect:
+            elector = LeaderElector(
+                api, namespace=options.lease_namespace, name=options.lease_name, identity=operator.identity,
+                lease_duration=options.lease_duration, renew_deadline=options.renew_deadline,
+                retry_period=options.retry_period, on_started=operator.started_leading,
+                on_stopped=operator.stopped_leading,
+            )
+            tasks.append(asyncio.create_task(elector.run(), name="leader election"))
+        await stop.wait()
+        log.info("stopping: finishing in-flight ticks")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await operator.shutdown()
+        if elector is not None:
+            await elector.release()
+        for server in servers:
+            await server.stop()
+        await http.aclose()
+        await api.close()
+    log.info("stopped")
+    return 0

@@ -1,0 +1,390 @@
+"""End to end: `queuescale run` in a subprocess, a real Azurite, and the fake API server.
+
+Each test enqueues with the Azure SDK, lets the operator poll and scale through the scale subresource, and checks
+what a user would see: the Deployment's replicas, the rule's status and conditions, events, /metrics, and the
+printer columns.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from azure.storage.queue import QueueServiceClient
+from kubernetes import client as kube_client
+
+from tests.azurite import Azurite, free_port
+from tests.fakekube.server import FakeKube
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = "shop"
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, every: float = 0.1) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(every)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+
+
+class Operator:
+    """`python -m controller run` against the fake API server, on loopback ports."""
+
+    def __init__(self, kubeconfig: Path, log: Path, *extra: str) -> None:
+        self.metrics_port, self.health_port = free_port(), free_port()
+        self.log_path = log
+        self.args = [
+            sys.executable, "-m", "controller", "run", "--kubeconfig", str(kubeconfig), "--bind-address",
+            "127.0.0.1", "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
+            "--status-interval", "1s", "--log-format", "json", *extra,
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Operator:
+        self._log = self.log_path.open("ab")
+        self.process = subprocess.Popen(self.args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
+        wait_for("the operator to be ready", lambda: self.get("/readyz", self.health_port) == 200, timeout=30)
+        return self
+
+    def get(self, path: str, port: int) -> int | None:
+        assert self.process is not None
+        if self.process.poll() is not None:
+            pytest.fail(f"operator exited with {self.process.returncode}: {self.log_path.read_text()[-3000:]}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code
+        except httpx.HTTPError:
+            return None
+
+    def metrics(self) -> str:
+        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        process, self.process = self.process, None
+        if process is None:
+            return 0
+        if process.poll() is None:
+            process.send_signal(sig)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+        self._log.close()
+        return process.returncode
+
+
+@pytest.fixture
+def kube(fake_kube: FakeKube) -> FakeKube:
+    """The fake API server with the QueueScaler CRD installed and the test namespace."""
+    fake_kube.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
+    fake_kube.ensure_namespace(NS)
+    return fake_kube
+
+
+@pytest.fixture
+def operators(kube: FakeKube, kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
+    started: list[Operator] = []
+
+    def start(*extra: str) -> Operator:
+        operator = Operator(kubeconfig, tmp_path / f"operator-{len(started)}.log", *extra).start()
+        started.append(operator)
+        return operator
+
+    try:
+        yield start
+    finally:
+        for operator in started:
+            operator.stop(signal.SIGKILL)
+
+
+def queue_name() -> str:
+    return f"q{uuid.uuid4().hex[:12]}"
+
+
+def make_queue(azurite: Azurite, name: str, messages: int = 0) -> Any:
+    service = QueueServiceClient.from_connection_string(azurite.connection_string)
+    queue = service.create_queue(name)
+    for i in range(messages):
+        queue.send_message(f"m{i}")
+    return queue
+
+
+def deployment(api: kube_client.ApiClient, name: str, replicas: int) -> None:
+    body = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "worker", "image": "worker:1"}]}}},
+    }
+    kube_client.AppsV1Api(api).create_namespaced_deployment(NS, body)
+
+
+def secret(api: kube_client.ApiClient, name: str, values: dict[str, str]) -> None:
+    data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
+    kube_client.CoreV1Api(api).create_namespaced_secret(NS, {"metadata": {"name": name}, "data": data})
+
+
+def rule(api: kube_client.ApiClient, name: str, queue: str, secret_name: str, **spec: Any) -> None:
+    body: dict[str, Any] = {
+        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {
+            "scaleTargetRef": {"name": name},
+            "minReplicas": 0, "maxReplicas": 20, "pollingInterval": "1s",
+            "sources": [{"type": "azure-queue", "queueName": queue,
+                         "connectionSecretRef": {"name": secret_name, "key": "connection"}}],
+            "policy": {"targetPerReplica": 10, "scaleDown": {"stabilizationWindow": 0}, "scaleToZeroDelay": "2s"},
+            **spec,
+        },
+    }
+    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", body)
+
+
+def custom(api: kube_client.ApiClient) -> kube_client.CustomObjectsApi:
+    return kube_client.CustomObjectsApi(api)
+
+
+def replicas(kube: FakeKube, name: str) -> int:
+    return int(kube.get("apps/v1", "Deployment", name, NS)["spec"]["replicas"])
+
+
+def status(kube: FakeKube, name: str) -> dict[str, Any]:
+    return dict(kube.get("queuescale.io/v1alpha1", "QueueScaler", name, NS).get("status") or {})
+
+
+def condition(kube: FakeKube, name: str, kind: str) -> dict[str, Any]:
+    for c in status(kube, name).get("conditions") or []:
+        if c["type"] == kind:
+            return dict(c)
+    return {}
+
+
+def events(kube: FakeKube, name: str) -> list[dict[str, Any]]:
+    return [e for e in kube.events(NS) if e["involvedObject"]["name"] == name]
+
+
+def setup_rule(api: kube_client.ApiClient, azurite: Azurite, name: str, messages: int = 0, replicas: int = 0,
+               **spec: Any) -> Any:
+    queue = queue_name()
+    client = make_queue(azurite, queue, messages)
+    deployment(api, name, replicas)
+    secret(api, f"{name}-queue", {"connection": azurite.connection_string})
+    rule(api, name, queue, f"{name}-queue", **spec)
+    return client
+
+
+# ---------------------------------------------------------------------------------------------- the story
+
+
+def test_burst_scales_up_then_drains_to_zero_and_everything_tells_the_same_story(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
+) -> None:
+    queue = setup_rule(api, azurite, "orders", messages=0)
+    operator = operators()
+    wait_for("the rule to be Ready", lambda: condition(kube, "orders", "Ready").get("status") == "True")
+    assert replicas(kube, "orders") == 0
+
+    for i in range(95):
+        queue.send_message(f"burst {i}")
+    sent = time.monotonic()
+    wait_for("10 replicas for 95 messages at 10 per replica", lambda: replicas(kube, "orders") == 10, timeout=10)
+    assert time.monotonic() - sent < 4.0  # one 1 s polling interval, plus start-up of the HTTP pools
+
+    wait_for("status to show the scale", lambda: status(kube, "orders").get("desiredReplicas") == 10)
+    current = status(kube, "orders")
+    assert current["queueLength"] == 95 and current["currentReplicas"] == 10
+    assert current["sources"][0]["count"] == 95
+    active = condition(kube, "orders", "Active")
+    assert active["status"] == "True" and active["reason"] in ("ActivatedFromZero", "WithinTolerance", "Steady")
+    scaled = [e for e in events(kube, "orders") if e["reason"] == "ScaledUp"]
+    assert scaled and scaled[0]["message"].startswith("0 -> 10: ActivatedFromZero")
+    metrics = operator.metrics()
+    assert 'queuescale_desired_replicas{namespace="shop",rule="orders"} 10.0' in metrics
+    assert 'queuescale_scale_operations_total{direction="up",namespace="shop",result="success",rule="orders"} 1.0' in metrics
+    assert "queuescale_leader 1.0" in metrics
+    table = kube.table("qs", NS)
+    assert "orders" in table.splitlines()[1] and " 10 " in table.splitlines()[1]
+
+    queue.clear_messages()
+    wait_for("scale-in to 1 once drained", lambda: replicas(kube, "orders") == 1, timeout=10)
+    wait_for("scale to zero after the 2 s delay", lambda: replicas(kube, "orders") == 0, timeout=10)
+    downs = wait_for("two ScaledDown events", lambda: [e["message"] for e in events(kube, "orders")
+                                                      if e["reason"] == "ScaledDown"][1:] and
+                     [e["message"] for e in events(kube, "orders") if e["reason"] == "ScaledDown"])
+    assert downs[0].startswith("10 -> 1: ") and downs[1].startswith("1 -> 0: ScaledToZero")
+    wait_for("status at zero", lambda: status(kube, "orders").get("currentReplicas") == 0)
+    assert condition(kube, "orders", "Active")["status"] == "False"
+    assert operator.stop() == 0
+
+
+def test_bad_rules_get_ready_false_with_a_reason_and_leave_the_others_alone(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
+) -> None:
+    good = setup_rule(api, azurite, "good")
+    # A rule whose Secret does not exist.
+    make_queue(azurite, "lonely")
+    deployment(api, "no-secret", 2)
+    rule(api, "no-secret", "lonely", "missing-secret")
+    # A rule with a wrong account key.
+    wrong = azurite.connection_string.replace(azurite.key, base64.b64encode(b"x" * 64).decode())
+    deployment(api, "wrong-key", 2)
+    secret(api, "wrong-key-queue", {"connection": wrong})
+    rule(api, "wrong-key", "lonely", "wrong-key-queue")
+    # A rule the API server accepts (a CRD cannot check time zones) but our validation rejects.
+    deployment(api, "invalid", 2)
+    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", {
+        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "invalid"},
+        "spec": {"scaleTargetRef": {"name": "invalid"}, "maxReplicas": 2,
+                 "sources": [{"type": "azure-queue", "queueName": "lonely",
+                              "connectionSecretRef": {"name": "x", "key": "y"}}],
+                 "schedules": [{"name": "office", "start": "08:00", "end": "18:00", "minReplicas": 1,
+                                "timeZone": "Mars/Olympus"}]}})
+    operators()
+    for i in range(30):
+        good.send_message(str(i))
+    wait_for("the good rule to scale", lambda: replicas(kube, "good") == 3)
+
+    no_secret = wait_for("SecretNotFound", lambda: condition(kube, "no-secret", "Ready").get("reason") == "SecretNotFound"
+                         and condition(kube, "no-secret", "Ready"))
+    assert no_secret["status"] == "False"
+    assert "Secret 'missing-secret' not found in namespace 'shop'" in no_secret["message"]
+    wrong_key = wait_for("AuthenticationFailed",
+                         lambda: condition(kube, "wrong-key", "Ready").get("reason") == "AuthenticationFailed"
+                         and condition(kube, "wrong-key", "Ready"))
+    assert wrong_key["status"] == "False"
+    invalid = wait_for("InvalidSpec", lambda: condition(kube, "invalid", "Ready").get("reason") == "InvalidSpec"
+                       and condition(kube, "invalid", "Ready"))
+    assert 'spec.schedules[0].timeZone: must be an IANA time zone such as "Europe/Paris", got "Mars/Olympus"' in (
+        invalid["message"])
+    # A failed poll never scales down; an invalid rule is not acted on.
+    time.sleep(2)
+    assert replicas(kube, "no-secret") == 2 and replicas(kube, "wrong-key") == 2 and replicas(kube, "invalid") == 2
+    warnings = {e["reason"] for e in kube.events(NS) if e["type"] == "Warning"}
+    assert {"SecretNotFound", "AuthenticationFailed", "InvalidSpec"} <= warnings
+    # Rate-limited: a broken rule ticking every second for seconds says each thing once.
+    assert sum(1 for e in events(kube, "no-secret") if e["reason"] == "SecretNotFound") == 1
+    # The key never appears in what the operator wrote.
+    everything = yaml.safe_dump([kube.list_objects("queuescale.io/v1alpha1", "QueueScaler", NS), kube.events(NS)])
+    assert azurite.key not in everything and base64.b64encode(b"x" * 64).decode() not in everything
+
+
+def test_spec_change_pause_and_delete(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
+) -> None:
+    queue = setup_rule(api, azurite, "thumbs", messages=40)
+    operators()
+    wait_for("4 replicas", lambda: replicas(kube, "thumbs") == 4)
+    patch = {"spec": {"policy": {"targetPerReplica": 5}}}
+    custom(api).patch_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "thumbs", patch)
+    wait_for("8 replicas after the spec change", lambda: replicas(kube, "thumbs") == 8)
+    wait_for("observedGeneration 2", lambda: status(kube, "thumbs").get("observedGeneration") == 2)
+
+    pause = {"metadata": {"annotations": {"queuescale.io/paused": "true"}}}
+    custom(api).patch_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "thumbs", pause)
+    wait_for("Paused=True", lambda: condition(kube, "thumbs", "Paused").get("status") == "True")
+    assert condition(kube, "thumbs", "Paused")["reason"] == "PausedByAnnotation"
+    queue.clear_messages()
+    time.sleep(2.5)
+    assert replicas(kube, "thumbs") == 8
+
+    # Deleted: nothing may scale its Deployment any more, however long the queue grows.
+    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "thumbs")
+    for i in range(200):
+        queue.send_message(str(i))
+    time.sleep(2.5)
+    assert replicas(kube, "thumbs") == 8
+
+
+def test_restart_mid_cooldown_does_not_scale_down_early(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
+) -> None:
+    queue = setup_rule(api, azurite, "jobs", messages=50, policy={
+        "targetPerReplica": 10, "scaleDown": {"cooldown": "8s", "stabilizationWindow": 0}, "scaleToZeroDelay": 0})
+    first = operators()
+    wait_for("5 replicas", lambda: replicas(kube, "jobs") == 5)
+    scaled_at = time.monotonic()
+    wait_for("the scale to be in the stored memory",
+             lambda: (status(kube, "jobs").get("memory") or {}).get("lastScaleUp") is not None)
+    assert first.stop(signal.SIGKILL) != 0
+    queue.clear_messages()
+    operators()
+    time.sleep(max(0.0, 8.0 - (time.monotonic() - scaled_at) - 1.5))
+    assert replicas(kube, "jobs") == 5, "scaled down inside the cooldown after a restart"
+    wait_for("the scale-down once the cooldown is over", lambda: replicas(kube, "jobs") == 0, timeout=15)
+    assert time.monotonic() - scaled_at >= 8.0
+
+
+def test_two_operators_with_leader_election_never_write_together(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
+) -> None:
+    queue = setup_rule(api, azurite, "video", messages=20)
+    lease = ("--leader-elect", "--lease-namespace", NS, "--lease-duration", "3s", "--renew-deadline", "2s",
+             "--retry-period", "0.5s")
+    a = operators(*lease, "--identity", "op-a")
+    b = operators(*lease, "--identity", "op-b")
+    wait_for("2 replicas", lambda: replicas(kube, "video") == 2)
+    holder = kube.get("coordination.k8s.io/v1", "Lease", "queuescale-operator", NS)["spec"]["holderIdentity"]
+    leader, follower = (a, b) if holder == "op-a" else (b, a)
+    assert "queuescale_leader 1.0" in leader.metrics() and "queuescale_leader 0.0" in follower.metrics()
+
+    writers = {r.user_agent for r in kube.requests
+               if r.method in ("PUT", "PATCH") and ("/scale" in r.path or "/status" in r.path)}
+    assert writers == {f"queuescale/0.1.0 ({holder})"}
+
+    leader.stop(signal.SIGKILL)
+    killed = time.monotonic()
+    for i in range(40):
+        queue.send_message(str(i))
+    wait_for("the follower to take over and scale", lambda: replicas(kube, "video") == 6, timeout=15)
+    assert time.monotonic() - killed < 3.0 + 2.0 + 2.0  # lease duration, a retry, a poll
+    new_holder = kube.get("coordination.k8s.io/v1", "Lease", "queuescale-operator", NS)["spec"]["holderIdentity"]
+    assert new_holder != holder
+
+    # A clean stop releases the lease at once.
+    assert follower.stop() == 0
+    released = kube.get("coordination.k8s.io/v1", "Lease", "queuescale-operator", NS)["spec"]
+    assert released["holderIdentity"] in ("", None)
+
+
+def test_operator_survives_a_dropped_watch_and_api_faults(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
+) -> None:
+    queue = setup_rule(api, azurite, "flaky", messages=10)
+    operators()
+    wait_for("1 replica", lambda: replicas(kube, "flaky") == 1)
+    kube.drop_watches()
+    kube.compact()  # the watch resumes from a version that is gone: 410, relist
+    kube.add_fault(path=r"/scale", method="PUT|PATCH", status=429, retry_after=1, times=2)
+    for i in range(60):
+        queue.send_message(str(i))
+    wait_for("7 replicas despite 429s", lambda: replicas(kube, "flaky") == 7, timeout=15)
+    rule(api, "late", "lonely-late", "late-queue")  # a rule created after the relist is seen
+    wait_for("the new rule to get a status", lambda: condition(kube, "late", "Ready").get("status") == "False")
+
+
+def test_run_without_a_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    result = subprocess.run(
+        [sys.executable, "-m", "controller", "run", "--kubeconfig", str(tmp_path / "missing"), "--metrics-port", "0",
+         "--health-port", "0", "--bind-address", "127.0.0.1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, env=env,
+    )
+    assert result.returncode == 2
+    assert "cannot load a Kubernetes configuration" in result.stderr
+    assert "Traceback" not in result.stderr
