@@ -9,15 +9,15 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import math
-import random
 import re
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 import yaml
 
 from controller.spec import FieldError, Fields, SpecError, parse_duration
@@ -411,53 +411,38 @@ def load_scenario(name_or_file: str) -> Scenario:
 # Arrivals
 
 
-def _poisson(rng: random.Random, lam: float) -> int:
-    if lam <= 0:
-        return 0
-    if lam < 30:
-        # Knuth: multiply uniforms until the product drops below e^-lambda.
-        limit, k, product = math.exp(-lam), 0, rng.random()
-        while product > limit:
-            k += 1
-            product *= rng.random()
-        return k
-    return max(0, round(rng.gauss(lam, math.sqrt(lam))))
-
-
-def _rate_function(a: Arrival) -> Callable[[float], float] | None:
+def _rates(a: Arrival, t: np.ndarray) -> np.ndarray | None:
+    """Messages per second at times `t` for a rate component; None for the others."""
     if a.type in ("constant", "poisson"):
-        return lambda _t: a.rate
+        return np.full(t.shape, a.rate)
     if a.type == "ramp":
         end = a.end if a.end is not None else a.start + 1
-        return lambda t: a.rate + (a.rate_to - a.rate) * min(1.0, (t - a.start) / (end - a.start))
+        return a.rate + (a.rate_to - a.rate) * np.clip((t - a.start) / (end - a.start), 0.0, 1.0)
     if a.type == "diurnal":
-        return lambda t: a.rate + a.amplitude * math.cos(2 * math.pi * (t - a.peak) / a.period)
+        return a.rate + a.amplitude * np.cos(2 * np.pi * (t - a.peak) / a.period)
     return None
 
 
 def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
     """Messages per second for the whole run, from the components; the same seed gives the same plan."""
     steps = scenario.steps
-    rng = random.Random(scenario.seed)
-    streams: dict[float, list[float]] = {}
+    rng = np.random.default_rng(scenario.seed)
+    streams: dict[float, np.ndarray] = {}
     bursts: list[float] = []
     for a in scenario.arrivals:
-        counts = streams.setdefault(a.delay, [0.0] * steps)
+        counts = streams.setdefault(a.delay, np.zeros(steps))
         first = max(0, int(a.start))
         last = min(steps, int(math.ceil(a.end)) if a.end is not None else steps)
-        rate = _rate_function(a)
-        if rate is not None:
-            for t in range(first, last):
-                lam = rate(t + 0.5)
-                counts[t] += _poisson(rng, lam) if a.poisson else lam
+        if first >= last:
+            continue
+        rates = _rates(a, np.arange(first, last) + 0.5)
+        if rates is not None:
+            rates = np.maximum(rates, 0.0)
+            counts[first:last] += rng.poisson(rates) if a.poisson else rates
         elif a.type in ("burst", "batch"):
             starts = list(a.at)
             if a.type == "batch":
-                starts = []
-                t0 = a.at[0]
-                while t0 < steps:
-                    starts.append(t0)
-                    t0 += a.period
+                starts = [float(s) for s in np.arange(a.at[0], steps, a.period)]
             for s in starts:
                 begin = int(s)
                 if not first <= begin < last:
@@ -465,26 +450,22 @@ def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
                 bursts.append(float(begin))
                 width = max(1, int(a.over))
                 share, extra = divmod(a.messages, width)
-                for i in range(width):
-                    if begin + i < last:
-                        counts[begin + i] += share + (1 if i < extra else 0)
+                spread = np.full(width, float(share))
+                spread[:extra] += 1
+                stop = min(last, begin + width)
+                counts[begin:stop] += spread[: stop - begin]
         elif a.type == "trace":
             _add_trace(a, counts, first, last)
     plan = []
     for delay, values in sorted(streams.items()):
         # Fractional rates become whole messages by carrying the remainder: the totals stay exact.
-        whole: list[int] = []
-        carry = 0.0
-        for value in values:
-            carry += value
-            n = int(carry + 1e-9)
-            carry -= n
-            whole.append(n)
-        plan.append((delay, whole))
+        cumulative = np.floor(np.cumsum(values) + 1e-9)
+        whole = np.diff(cumulative, prepend=0.0).astype(np.int64)
+        plan.append((delay, [int(n) for n in whole.tolist()]))
     return ArrivalPlan(streams=tuple(plan), burst_starts=tuple(sorted(set(bursts))))
 
 
-def _add_trace(a: Arrival, counts: list[float], first: int, last: int) -> None:
+def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int) -> None:
     """Each row's arrivals spread evenly from its t until the next row's t (the last row lasts one second)."""
     rows = list(a.trace)
     if not rows:
@@ -496,10 +477,9 @@ def _add_trace(a: Arrival, counts: list[float], first: int, last: int) -> None:
             begin = offset + t
             end = offset + (rows[index + 1][0] if index + 1 < len(rows) else length)
             width = max(1, int(end) - int(begin))
-            per = n * a.scale / width
-            for s in range(int(begin), int(begin) + width):
-                if first <= s < last:
-                    counts[s] += per
+            low, high = max(first, int(begin)), min(last, int(begin) + width)
+            if low < high:
+                counts[low:high] += n * a.scale / width
         if not a.repeat:
             break
         offset += length

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from controller.simulator.scenario import QueueParams, Workers
 
-GROUPS = 16
+GROUPS = 4
 
 PENDING = 0
 VISIBLE = 1
@@ -106,6 +106,8 @@ class World:
         self.ttl = queue.ttl
         self.table = service_table
         self.table_size = len(service_table)
+        self.table_whole = [int(s) for s in service_table]
+        self.table_fraction = [s - int(s) for s in service_table]
         self.rng = random.Random(seed * 7919 + 17)
         self.slo_wait = slo_wait
 
@@ -326,6 +328,8 @@ class World:
         visible = self.visible
         rng_random = self.rng.random
         table = self.table
+        whole = self.table_whole
+        fraction = self.table_fraction
         size = self.table_size
         vt = self.visibility_timeout
         histogram = tally.wait_histogram
@@ -352,29 +356,39 @@ class World:
                     tally.duplicates += k
                 if not cohort.count:
                     visible.popleft()
-            groups = min(n, GROUPS)
+            groups = n if n < GROUPS else GROUPS
             share, extra = divmod(n, groups)
+            scale = size / groups
+            # The strata that get one message more rotate, or short service times would be favoured.
+            offset = int(rng_random() * groups) if extra else 0
             immediate = 0
             busy = 0.0
+            by_steps: dict[int, int] = {}
             for i in range(groups):
-                m = share + 1 if i < extra else share
-                s = table[int((i + rng_random()) * size / groups)]
+                m = share + 1 if (i - offset) % groups < extra else share
+                # One uniform picks the table cell within stratum i; its remainder within the cell (uniform and
+                # independent of the cell) rounds the service time up or down to whole steps.
+                x = (i + rng_random()) * scale
+                index = int(x)
+                s = table[index]
                 busy += m * s
-                steps = int(s)
-                if rng_random() < s - steps:
+                steps = whole[index]
+                if x - index < fraction[index]:
                     steps += 1
                 if steps == 0:
                     immediate += m
-                    continue
-                deletes = 1
-                if s > vt:
-                    # Processing outlasts the visibility timeout: the message reappears meanwhile.
-                    deletes = 0
+                elif s > vt:
+                    # Processing outlasts the visibility timeout: the message reappears meanwhile and is
+                    # delivered again; this delivery's delete will fail.
                     self._requeue(enqueued, m, delivery, t + vt)
+                    self.in_flight_active += m
+                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, 0])
                 else:
-                    self.in_flight_counted += m
+                    by_steps[steps] = by_steps.get(steps, 0) + m
+            for steps, m in by_steps.items():
+                self.in_flight_counted += m
                 self.in_flight_active += m
-                entry = [m, t, enqueued, delivery, deletes]
+                entry = [m, t, enqueued, delivery, 1]
                 bucket = buckets.get(t + steps)
                 if bucket is None:
                     buckets[t + steps] = [entry]
@@ -383,6 +397,13 @@ class World:
             tally.busy_slot_seconds += busy
             tally.processed += immediate
             free -= n - immediate
+
+    def _add_in_flight(self, step: int, entry: InFlight) -> None:
+        bucket = self.in_flight.get(step)
+        if bucket is None:
+            self.in_flight[step] = [entry]
+        else:
+            bucket.append(entry)
 
     def _step_drains(self, t: int) -> None:
         for group in list(self.drains):
