@@ -44,7 +44,7 @@ class SimulatedSource:
     def spec(self) -> SourceSpec:
         return self._spec
 
-    async def poll(self, budget: float) -> SourceReading:
+    async def poll(self, budget: float) -> SourceReading:  # noqa: ARG002  (answers at once)
         world = self.world
         if self.visible_only and world.visible_count < PEEK_LIMIT:
             return SourceReading.of(world.visible_count)
@@ -68,7 +68,8 @@ class SimulatedTarget:
 
     async def read(self) -> ScaleState:
         world = self.world
-        return ScaleState(replicas=world.desired, ready_replicas=world.ready, version=str(len(world.tally.scale_actions)))
+        version = str(len(world.tally.scale_actions))
+        return ScaleState(replicas=world.desired, ready_replicas=world.ready, version=version)
 
     async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
         world = self.world

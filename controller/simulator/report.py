@@ -100,11 +100,11 @@ def _nice_step(span: float, ticks: int = 5) -> float:
     raw = span / max(1, ticks)
     if raw <= 0:
         return 1.0
-    magnitude = 10 ** math.floor(math.log10(raw))
+    magnitude = 10.0 ** math.floor(math.log10(raw))
     for factor in (1, 2, 2.5, 5):
         if raw <= magnitude * factor:
-            return magnitude * factor
-    return magnitude * 10
+            return float(magnitude * factor)
+    return float(magnitude * 10)
 
 
 def _axis_label(value: float) -> str:

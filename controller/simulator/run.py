@@ -120,7 +120,7 @@ async def run_one(
     )
     autoscaler = contender.build(world)
     steps = scenario.steps
-    streams = [(int(math.ceil(delay)), counts) for delay, counts in plan.streams]
+    streams = [(math.ceil(delay), counts) for delay, counts in plan.streams]
     single = streams[0][1] if len(streams) == 1 and streams[0][0] == 0 else None
     every = max(1, math.ceil(steps / MAX_SAMPLES)) if record_timeline else 0
     timeline: list[Sample] = []
@@ -159,7 +159,7 @@ async def run_one(
                 burst_index += 1  # the next burst began before this one was absorbed
         if every:
             sampled_arrivals += n
-            if t % every == 0:
+            if (t + 1) % every == 0 or t == steps - 1:  # arrivals since the previous row, through t
                 timeline.append(world.sample(t, sampled_arrivals))
                 sampled_arrivals = 0
         if progress is not None and t % report_every == 0:

@@ -124,7 +124,7 @@ class Scenario:
 
     @property
     def steps(self) -> int:
-        return int(math.ceil(self.duration))
+        return math.ceil(self.duration)
 
 
 @dataclass(frozen=True)
@@ -432,7 +432,7 @@ def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
     for a in scenario.arrivals:
         counts = streams.setdefault(a.delay, np.zeros(steps))
         first = max(0, int(a.start))
-        last = min(steps, int(math.ceil(a.end)) if a.end is not None else steps)
+        last = min(steps, math.ceil(a.end) if a.end is not None else steps)
         if first >= last:
             continue
         rates = _rates(a, np.arange(first, last) + 0.5)

@@ -102,7 +102,7 @@ class World:
     ) -> None:
         self.queue = queue
         self.workers = workers
-        self.visibility_timeout = int(math.ceil(queue.visibility_timeout))
+        self.visibility_timeout = math.ceil(queue.visibility_timeout)
         self.ttl = queue.ttl
         self.table = service_table
         self.table_size = len(service_table)
@@ -167,7 +167,7 @@ class World:
         self.tally.scale_actions.append((t, before, replicas))
         self.desired = replicas
         if replicas > before:
-            self.starting.append([t + int(math.ceil(self.workers.startup_delay)), replicas - before])
+            self.starting.append([t + math.ceil(self.workers.startup_delay), replicas - before])
             self.starting_count += replicas - before
             return
         remove = before - replicas
@@ -213,7 +213,7 @@ class World:
         if self.workers.scale_in == "kill":
             self._kill(share, t)
         elif share:
-            grace = int(math.ceil(self.workers.termination_grace_period))
+            grace = math.ceil(self.workers.termination_grace_period)
             count = sum(g[0] for groups in share.values() for g in groups)
             self.drains.append(DrainGroup(pods=pods, deadline=t + grace, buckets=share, count=count))
 
