@@ -29,7 +29,8 @@ def test_components_add_up() -> None:
     assert len(counts) == 100
     # 50 constant + 60 burst + ramp (mean rate 1 over 100 s) + 3 batches of 7
     assert sum(counts) == 50 + 60 + 100 + 21
-    assert counts[10] >= 10 and counts[11] >= 10
+    assert counts[10] >= 10
+    assert counts[11] >= 10
     assert plan.burst_starts == (5.0, 10.0, 45.0, 50.0, 85.0)
 
 

@@ -10,11 +10,9 @@ from dataclasses import dataclass, field
 
 from controller.policy import SourceReading
 from controller.reconciler import Reconciler, TickResult
-from controller.simulator.world import World
+from controller.simulator.world import PEEK_LIMIT, World
 from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec
 from controller.targets.base import ScaleState, TargetConflict
-
-PEEK_LIMIT = 32
 
 
 class VirtualClock:

@@ -24,8 +24,7 @@ from typing import Literal
 
 import yaml
 
-from controller.simulator.adapters import PEEK_LIMIT
-from controller.simulator.world import World
+from controller.simulator.world import PEEK_LIMIT, World
 from controller.spec import FieldError, Fields, SpecError
 
 HPA_SYNC = 15

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from controller.simulator.scenario import QueueParams, Workers
 
 GROUPS = 4
+PEEK_LIMIT = 32  # Azure's Peek Messages returns at most 32: a visible-only count is exact only below it
 
 PENDING = 0
 VISIBLE = 1
