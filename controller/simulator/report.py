@@ -37,6 +37,7 @@ ROWS: tuple[tuple[str, str, bool | None], ...] = (
     ("messages_remaining", "messages still queued at the end", None),
     ("burst_first_scale_out_mean", "burst -> first scale-out (s, mean)", True),
     ("burst_enough_capacity_mean", "burst -> enough capacity (s, mean)", True),
+    ("bursts_short_of_capacity", "bursts never given enough capacity", True),
 )
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
@@ -47,7 +48,7 @@ def _fmt(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):
-        if value.is_integer() and abs(value) >= 1:
+        if value.is_integer():
             return f"{int(value):,}"
         return f"{value:,.2f}" if abs(value) < 1000 else f"{value:,.0f}"
     if isinstance(value, int):

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
 from controller.simulator.adapters import TickRecord
-from controller.simulator.scenario import ArrivalPlan, Scenario, plan_arrivals
+from controller.simulator.scenario import ArrivalPlan, Burst, Scenario, plan_arrivals
 from controller.simulator.world import Sample, World
 
 MAX_SAMPLES = 4000
@@ -41,9 +41,14 @@ class Contender:
 
 @dataclass(frozen=True)
 class BurstReaction:
-    """For one burst: seconds from its start to the first scale-out and to enough capacity (None: never)."""
+    """For one burst: seconds from its start to the first scale-out and to enough capacity (None: never).
+
+    Enough capacity is `needed_replicas` ready: the replicas that process the burst's messages within the
+    longer of its spread and the SLO wait, at most workers.maxReplicas. It depends on the scenario, not the policy.
+    """
 
     start: float
+    needed_replicas: int
     first_scale_out: float | None
     enough_capacity: float | None
 
@@ -71,6 +76,7 @@ class Metrics:
     mean_replicas: float
     burst_first_scale_out_mean: float | None
     burst_enough_capacity_mean: float | None
+    bursts_short_of_capacity: int  # bursts during which the needed replicas were never ready
     bursts: tuple[BurstReaction, ...] = ()
 
     def to_json(self) -> dict[str, object]:
@@ -87,6 +93,13 @@ class RunResult:
     scale_actions: list[tuple[int, int, int]] = field(default_factory=list)
     wait_histogram: dict[int, int] = field(default_factory=dict)
     ticks: list[TickRecord] = field(default_factory=list)
+
+
+def needed_replicas(scenario: Scenario, burst: Burst) -> int:
+    """Replicas that process a burst within the longer of its spread and the SLO wait, capped at the maximum."""
+    workers = scenario.workers
+    work = burst.messages * workers.service_time.average / workers.concurrency
+    return max(1, min(workers.max_replicas, math.ceil(work / max(burst.spread, scenario.slo_wait, 1.0))))
 
 
 def percentile(histogram: dict[int, int], fraction: float) -> float:
@@ -126,9 +139,9 @@ async def run_one(
     timeline: list[Sample] = []
     sampled_arrivals = 0
     bursts = list(plan.burst_starts)
+    needed = {b.start: needed_replicas(scenario, b) for b in plan.bursts}
     burst_index = 0
     enough: dict[float, float] = {}
-    concurrency = workers.concurrency
     peak = world.desired
     report_every = max(1, steps // 100)
     put = world.put
@@ -151,8 +164,7 @@ async def run_one(
                     n += counts[t]
         step(t)
         if burst_index < len(bursts) and t >= bursts[burst_index]:
-            # Enough capacity: every message waiting or in service has a slot on a ready pod.
-            if world.ready * concurrency >= world.visible_count + world.in_flight_active:
+            if world.ready >= needed[bursts[burst_index]]:
                 enough[bursts[burst_index]] = t - bursts[burst_index]
                 burst_index += 1
             elif burst_index + 1 < len(bursts) and t >= bursts[burst_index + 1]:
@@ -171,6 +183,7 @@ async def run_one(
         first_out = next((a for a, b, c in tally.scale_actions if a >= start and c > b), None)
         reactions.append(BurstReaction(
             start=start,
+            needed_replicas=needed[start],
             first_scale_out=None if first_out is None else first_out - start,
             enough_capacity=enough.get(start),
         ))
@@ -178,7 +191,7 @@ async def run_one(
     caps = [r.enough_capacity for r in reactions if r.enough_capacity is not None]
     histogram = tally.wait_histogram
     delivered = sum(histogram.values())
-    busy = tally.busy_slot_seconds / concurrency
+    busy = tally.busy_slot_seconds / workers.concurrency
     metrics = Metrics(
         worker_seconds=float(tally.worker_seconds),
         busy_worker_seconds=round(busy, 3),
@@ -201,6 +214,7 @@ async def run_one(
         mean_replicas=round(tally.worker_seconds / steps, 3),
         burst_first_scale_out_mean=round(sum(outs) / len(outs), 1) if outs else None,
         burst_enough_capacity_mean=round(sum(caps) / len(caps), 1) if caps else None,
+        bursts_short_of_capacity=sum(1 for r in reactions if r.enough_capacity is None),
         bursts=tuple(reactions),
     )
     ticks: list[TickRecord] = list(getattr(getattr(autoscaler, "recorder", None), "ticks", []))

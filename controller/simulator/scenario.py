@@ -128,11 +128,24 @@ class Scenario:
 
 
 @dataclass(frozen=True)
+class Burst:
+    """A burst or batch dump: `messages` put from `start` over `spread` seconds."""
+
+    start: float
+    messages: int
+    spread: float
+
+
+@dataclass(frozen=True)
 class ArrivalPlan:
     """Messages arriving in each second, per initial visibility delay (0 for ordinary messages)."""
 
     streams: tuple[tuple[float, list[int]], ...]
-    burst_starts: tuple[float, ...]
+    bursts: tuple[Burst, ...]
+
+    @property
+    def burst_starts(self) -> tuple[float, ...]:
+        return tuple(b.start for b in self.bursts)
 
     @property
     def total(self) -> int:
@@ -428,7 +441,7 @@ def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
     steps = scenario.steps
     rng = np.random.default_rng(scenario.seed)
     streams: dict[float, np.ndarray] = {}
-    bursts: list[float] = []
+    bursts: dict[float, Burst] = {}
     for a in scenario.arrivals:
         counts = streams.setdefault(a.delay, np.zeros(steps))
         first = max(0, int(a.start))
@@ -447,8 +460,10 @@ def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
                 begin = int(s)
                 if not first <= begin < last:
                     continue
-                bursts.append(float(begin))
                 width = max(1, int(a.over))
+                earlier = bursts.get(float(begin))
+                size = a.messages + (earlier.messages if earlier else 0)
+                bursts[float(begin)] = Burst(float(begin), size, max(width, earlier.spread if earlier else 0))
                 share, extra = divmod(a.messages, width)
                 spread = np.full(width, float(share))
                 spread[:extra] += 1
@@ -462,7 +477,7 @@ def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
         cumulative = np.floor(np.cumsum(values) + 1e-9)
         whole = np.diff(cumulative, prepend=0.0).astype(np.int64)
         plan.append((delay, [int(n) for n in whole.tolist()]))
-    return ArrivalPlan(streams=tuple(plan), burst_starts=tuple(sorted(set(bursts))))
+    return ArrivalPlan(streams=tuple(plan), bursts=tuple(bursts[start] for start in sorted(bursts)))
 
 
 def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int) -> None:
