@@ -146,3 +146,21 @@ def test_short_messages_are_processed_many_per_second_per_slot() -> None:
     # One slot at 0.25 s per message keeps up with 3 messages per second.
     assert m.messages_remaining <= 6
     assert m.busy_worker_seconds == pytest.approx(900 * 0.25, rel=0.02)
+
+
+def test_burst_reaction_times_are_measured_from_the_burst_start() -> None:
+    sc = scenario(
+        duration=300,
+        slo={"waitSeconds": 30},
+        workers={"startupDelay": 20, "serviceTime": 3, "concurrency": 1, "maxReplicas": 50},
+        arrivals=[{"type": "burst", "at": 30, "messages": 100, "over": 10}],
+    )
+    m = run_scripted(sc, {40: 10}).metrics
+    # 100 messages * 3 s within max(10 s spread, 30 s SLO) need 10 replicas; asked at 40, ready at 60.
+    assert m.bursts[0].needed_replicas == 10
+    assert m.bursts[0].first_scale_out == 10
+    assert m.bursts[0].enough_capacity == 30
+    assert m.bursts_short_of_capacity == 0
+    short = run_scripted(sc, {40: 9}).metrics
+    assert short.bursts[0].enough_capacity is None
+    assert short.bursts_short_of_capacity == 1
