@@ -149,12 +149,14 @@ class StaticAutoscaler:
 class AwsTargetTracking:
     """AWS-style target tracking on backlog per instance (visible messages / instances).
 
-    Every 60 s (CloudWatch's 1-minute metrics): scale out at once to ceil(visible / target); scale in only to the
-    largest proposal of the last 15 minutes (target tracking's scale-in alarm wants 15 datapoints). Minimum 1.
+    Every 60 s (CloudWatch's 1-minute metrics): scale out at once to ceil(visible / target); scale in only when
+    the last 15 proposals (target tracking's scale-in alarm wants 15 datapoints) are all below the current count,
+    and gradually: to the largest of them, but by at most 10 % (at least 1) per evaluation. Minimum 1.
     """
 
     EVALUATION = 60
     SCALE_IN_POINTS = 15
+    SCALE_IN_STEP = 0.10
 
     def __init__(self, label: str, target: float, world: World, max_replicas: int) -> None:
         self.label = label
@@ -172,5 +174,6 @@ class AwsTargetTracking:
         if proposal > current or current == 0:
             world.set_desired(max(proposal, 1), t)
         elif len(self.proposals) >= self.SCALE_IN_POINTS and max(self.proposals) < current:
-            world.set_desired(max(self.proposals), t)
+            step = max(1, int(current * self.SCALE_IN_STEP))
+            world.set_desired(max(max(self.proposals), current - step), t)
         self.next_at = t + self.EVALUATION
