@@ -49,6 +49,8 @@ def default_rule(scenario: Scenario) -> QueueScaler:
 
     targetPerReplica is the backlog one replica clears in half the SLO (concurrency * SLO / 2 / mean service
     time), and lookahead is the pods' start-up delay, so the count is projected to when new pods can help.
+    Scale-down is gentle (5-minute window, at most 20 % a minute): with the count including in-flight messages,
+    a count-based rule otherwise cycles between too few and too many replicas under steady load.
     """
     workers = scenario.workers
     target = max(1.0, workers.concurrency * scenario.slo_wait / 2 / workers.service_time.average)
@@ -63,7 +65,12 @@ def default_rule(scenario: Scenario) -> QueueScaler:
             "pollingInterval": 10,
             "sources": [{"type": "azure-queue", "queueName": "simulated",
                          "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
-            "policy": {"targetPerReplica": round(target, 2), "lookahead": workers.startup_delay},
+            "policy": {
+                "targetPerReplica": round(target, 2),
+                "lookahead": workers.startup_delay,
+                "scaleDown": {"stabilizationWindow": "5m", "policies": [{"type": "Percent", "value": 20,
+                                                                         "period": "1m"}]},
+            },
         },
     }
     return parse_queuescaler(doc)
