@@ -121,9 +121,13 @@ def line_chart(
     width: int = 900,
     height: int = 260,
     step: bool = False,
+    log_x: bool = False,
 ) -> str:
-    """An SVG line chart: each series is (label, colour, xs, ys)."""
-    left, right, top, bottom = 64, 16, 28, 40
+    """An SVG line chart: each series is (label, colour, xs, ys); `log_x` plots x on log10 (x < 1 as 1)."""
+    if log_x:
+        series = [(label, colour, [math.log10(max(x, 1.0)) for x in xs], ys) for label, colour, xs, ys in series]
+    legend_rows = (len(series) + 3) // 4
+    left, right, top, bottom = 64, 16, 30 + 14 * legend_rows, 40
     plot_w, plot_h = width - left - right, height - top - bottom
     xs_all = [x for _, _, xs, _ in series for x in xs] or [0.0, 1.0]
     ys_all = [y for _, _, _, ys in series for y in ys] or [0.0, 1.0]
@@ -151,14 +155,15 @@ def line_chart(
         parts.append(f'<text x="{left - 6}" y="{py(y) + 4:.1f}" font-size="11" text-anchor="end">'
                      f"{_axis_label(y)}</text>")
         y += y_step
-    x_step = _nice_step(x_max - x_min, 8)
+    x_step = 1.0 if log_x else _nice_step(x_max - x_min, 8)
     x = x_min - x_min % x_step if x_step else x_min
     while x <= x_max + 1e-9:
         if x >= x_min:
+            label = _axis_label(10**x if log_x else x)
             parts.append(f'<line x1="{px(x):.1f}" x2="{px(x):.1f}" y1="{top + plot_h}" y2="{top + plot_h + 4}" '
                          'stroke="#444"/>')
             parts.append(f'<text x="{px(x):.1f}" y="{top + plot_h + 16}" font-size="11" text-anchor="middle">'
-                         f"{_axis_label(x)}</text>")
+                         f"{label}</text>")
         x += x_step
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#444"/>')
     parts.append(f'<text x="{left + plot_w / 2}" y="{height - 6}" font-size="12" text-anchor="middle">'
@@ -175,8 +180,8 @@ def line_chart(
             previous = yv
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{" ".join(points)}">'
                      f"<title>{html.escape(label)}</title></polyline>")
-        legend_x = left + 8 + (index % 4) * 210
-        legend_y = top + 14 + (index // 4) * 14
+        legend_x = left + (index % 4) * 210
+        legend_y = 34 + (index // 4) * 14
         parts.append(f'<rect x="{legend_x}" y="{legend_y - 8}" width="10" height="10" fill="{colour}"/>')
         parts.append(f'<text x="{legend_x + 14}" y="{legend_y + 1}" font-size="11">{html.escape(label)}</text>')
     parts.append("</svg>")
@@ -217,7 +222,8 @@ def wait_cdf_chart(results: Sequence[RunResult]) -> str:
             ys.append(100.0 * seen / total)
         series.append((r.label, COLORS[i % len(COLORS)], xs, ys))
     return line_chart("Message wait: share of deliveries that waited at most x", series,
-                      x_label="wait (seconds), up to the worst policy's p99.9", y_label="% of deliveries", step=True)
+                      x_label="wait (seconds, log scale), up to the worst policy's p99.9", y_label="% of deliveries",
+                      step=True, log_x=True)
 
 
 def _metrics_table(results: Sequence[RunResult]) -> str:

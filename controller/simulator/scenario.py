@@ -296,6 +296,9 @@ def _parse_arrival(item: object, path: str, errors: list[FieldError], base: Path
     kind = f.choice("type", ARRIVAL_TYPES, "")
     if not f.has("type"):
         f.missing("type")
+    if not kind:
+        f.read.update(f.raw)  # without a known type, its other fields cannot be judged
+        return None
     start = _seconds(f, "start", 0.0)
     end = f.raw.get("end")
     end_s = _seconds(f, "end", None) if end is not None else None
