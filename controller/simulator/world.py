@@ -335,9 +335,12 @@ class World:
         vt = self.visibility_timeout
         histogram = tally.wait_histogram
         buckets = self.in_flight
-        while free > 0 and self.visible_count:
-            n = min(free, self.visible_count)
-            self.visible_count -= n
+        visible_count = self.visible_count
+        counted = active = processed = 0
+        busy = 0.0
+        while free > 0 and visible_count:
+            n = free if free < visible_count else visible_count
+            visible_count -= n
             left = n
             while not visible[0].count:
                 visible.popleft()
@@ -345,10 +348,9 @@ class World:
             enqueued, delivery = head.enqueued, head.deliveries + 1
             while left:
                 cohort = visible[0]
-                if not cohort.count:
-                    visible.popleft()
-                    continue
-                k = min(left, cohort.count)
+                k = cohort.count
+                if k > left:
+                    k = left
                 cohort.count -= k
                 left -= k
                 wait = t - cohort.enqueued
@@ -357,16 +359,17 @@ class World:
                     tally.duplicates += k
                 if not cohort.count:
                     visible.popleft()
+                    while left and not visible[0].count:
+                        visible.popleft()
             groups = n if n < GROUPS else GROUPS
             share, extra = divmod(n, groups)
             scale = size / groups
             # The strata that get one message more rotate, or short service times would be favoured.
             offset = int(rng_random() * groups) if extra else 0
             immediate = 0
-            busy = 0.0
             by_steps: dict[int, int] = {}
             for i in range(groups):
-                m = share + 1 if (i - offset) % groups < extra else share
+                m = share + 1 if extra and (i - offset) % groups < extra else share
                 # One uniform picks the table cell within stratum i; its remainder within the cell (uniform and
                 # independent of the cell) rounds the service time up or down to whole steps.
                 x = (i + rng_random()) * scale
@@ -382,22 +385,25 @@ class World:
                     # Processing outlasts the visibility timeout: the message reappears meanwhile and is
                     # delivered again; this delivery's delete will fail.
                     self._requeue(enqueued, m, delivery, t + vt)
-                    self.in_flight_active += m
                     self._add_in_flight(t + steps, [m, t, enqueued, delivery, 0])
                 else:
                     by_steps[steps] = by_steps.get(steps, 0) + m
             for steps, m in by_steps.items():
-                self.in_flight_counted += m
-                self.in_flight_active += m
+                counted += m
                 entry = [m, t, enqueued, delivery, 1]
                 bucket = buckets.get(t + steps)
                 if bucket is None:
                     buckets[t + steps] = [entry]
                 else:
                     bucket.append(entry)
-            tally.busy_slot_seconds += busy
-            tally.processed += immediate
+            active += n - immediate
+            processed += immediate
             free -= n - immediate
+        self.visible_count = visible_count
+        self.in_flight_counted += counted
+        self.in_flight_active += active
+        tally.busy_slot_seconds += busy
+        tally.processed += processed
 
     def _add_in_flight(self, step: int, entry: InFlight) -> None:
         bucket = self.in_flight.get(step)
