@@ -79,3 +79,32 @@ def test_the_default_rule_is_sized_from_the_scenario() -> None:
     assert rule.spec.policy.target_per_replica == 20  # 2 slots * 60 s / 2 / 3 s
     assert rule.spec.policy.lookahead == 25
     assert rule.spec.max_replicas == 30
+
+
+def test_a_rule_schedule_follows_the_virtual_clock() -> None:
+    doc = yaml.safe_load(RULE)
+    doc["spec"]["schedules"] = [{"name": "office", "start": "08:00", "end": "09:00", "minReplicas": 5}]
+    rule = parse_queuescaler(doc)
+    sc = scenario(start="2026-01-05T07:30:00Z", duration=7200, arrivals=[{"type": "constant", "rate": 0}])
+    result = simulate(sc, [Contender("orders", lambda w: RuleAutoscaler("orders", rule, w, sc.start_epoch))])[0]
+    assert result.scale_actions[0] == (1800, 0, 5)  # 08:00 is 30 minutes in
+    assert result.scale_actions[1][0] >= 5400  # not before 09:00
+    assert result.scale_actions[-1][2] == 0
+
+
+async def test_a_visible_count_source_peeks_below_32_and_falls_back_above() -> None:
+    from controller.simulator.adapters import SimulatedSource
+    from controller.simulator.world import World
+
+    doc = yaml.safe_load(RULE)
+    doc["spec"]["sources"][0]["countStrategy"] = "visible"
+    rule = parse_queuescaler(doc)
+    sc = scenario(workers={"startupDelay": 0, "serviceTime": 100, "initialReplicas": 5})
+    world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
+    source = SimulatedSource(rule.spec.sources[0], world)
+    world.put(0, 20)
+    world.step(0)
+    assert (await source.poll(10)).count == 15  # 5 in flight are invisible
+    world.put(1, 40)
+    world.step(1)
+    assert (await source.poll(10)).count == 60  # 55 visible: peek says "32 or more", so the approximate count
