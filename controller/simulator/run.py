@@ -43,6 +43,8 @@ class Contender:
 class BurstReaction:
     """For one burst: seconds from its start to the first scale-out and to enough capacity (None: never).
 
+    The first scale-out must come before the next burst starts (None when capacity was already there).
+
     Enough capacity is `needed_replicas` ready: the replicas that process the burst's messages within the
     longer of its spread and the SLO wait, at most workers.maxReplicas. It depends on the scenario, not the policy.
     """
@@ -179,8 +181,11 @@ async def run_one(
 
     tally = world.tally
     reactions = []
-    for start in plan.burst_starts:
-        first_out = next((a for a, b, c in tally.scale_actions if a >= start and c > b), None)
+    starts = plan.burst_starts
+    for index, start in enumerate(starts):
+        # A scale-out after the next burst began answers that burst, not this one.
+        until = starts[index + 1] if index + 1 < len(starts) else math.inf
+        first_out = next((a for a, b, c in tally.scale_actions if start <= a < until and c > b), None)
         reactions.append(BurstReaction(
             start=start,
             needed_replicas=needed[start],
