@@ -28,6 +28,21 @@ def _validate(args: argparse.Namespace) -> int:
     return 1
 
 
+def _check(args: argparse.Namespace) -> int:
+    import os
+
+    from controller.check import run
+
+    return run(args.rule, secrets_file=args.secrets, current_replicas=args.current_replicas, as_json=args.json,
+               environ=os.environ, out=sys.stdout, err=sys.stderr)
+
+
+def _replicas(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return int(text)
+
+
 def _simulate(args: argparse.Namespace) -> int:
     from controller.simulator.command import SimulateRequest, run
 
@@ -52,6 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     validate.add_argument("files", nargs="+", metavar="FILE")
     validate.set_defaults(handler=_validate)
+
+    check = commands.add_parser(
+        "check", help="poll a rule's queues once and show the decision",
+        description="Poll every source of every rule in RULE once (no cluster needed), print the counts or errors "
+        "and what the policy would decide; exit 1 if any source did not answer. Secrets come from Secret "
+        "manifests (--secrets, or in RULE) or from env QUEUESCALE_SECRET_<NAME>_<KEY>.",
+    )
+    check.add_argument("rule", metavar="RULE", help="a YAML file of QueueScaler rules")
+    check.add_argument("--secrets", metavar="SECRETS", help="a YAML file of Kubernetes Secret manifests")
+    check.add_argument("--current-replicas", type=_replicas, default=0, metavar="N",
+                       help="the replica count to decide from (default 0)")
+    check.add_argument("--json", action="store_true", help="one JSON object per rule, one per line")
+    check.set_defaults(handler=_check)
 
     simulate = commands.add_parser(
         "simulate", help="replay a queue workload against policies offline",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -34,8 +35,6 @@ class SystemClock:
     """The real clock."""
 
     def now(self) -> float:
-        import time
-
         return time.time()
 
     async def sleep(self, seconds: float) -> None:
@@ -54,6 +53,8 @@ class TickResult:
     scaled: ScaleEvent | None  # the scale this tick made, if any
     target_error: TargetError | None
     memory: ScalingMemory
+    poll_seconds: float = 0.0  # by the given clock (0 in the simulator)
+    lateness: float = 0.0  # how late the tick started after its scheduled time, when run() drives it
 
 
 class Reporter(Protocol):
@@ -96,11 +97,14 @@ class Reconciler:
             readings = await asyncio.gather(*(_poll_one(s, budget) for s in self.sources))
         return Observation(time=started, readings=tuple(readings))
 
-    async def tick(self) -> TickResult:
+    async def tick(self, scheduled: float | None = None) -> TickResult:
         """Poll, decide, scale (re-reading and deciding again on a conflict) and report once."""
         rule = self.rule
+        started = self.clock.now()
+        lateness = max(0.0, started - scheduled) if scheduled is not None else 0.0
         observation = await self.poll()
         now = self.clock.now()
+        poll_seconds = now - started
         decision: Decision | None = None
         state: ScaleState | None = None
         scaled: ScaleEvent | None = None
@@ -135,7 +139,7 @@ class Reconciler:
         self._remember(observation)
         result = TickResult(
             rule=rule, time=now, observation=observation, decision=decision, state=state, scaled=scaled,
-            target_error=target_error, memory=memory,
+            target_error=target_error, memory=memory, poll_seconds=poll_seconds, lateness=lateness,
         )
         if self.reporter is not None:
             await self.reporter.report(result)
@@ -151,7 +155,7 @@ class Reconciler:
         """Tick every polling interval until `stop` is set. A late tick starts at once; missed ones are skipped."""
         next_tick = self.clock.now()
         while not stop.is_set():
-            await self.tick()
+            await self.tick(scheduled=next_tick)
             interval = self.rule.spec.polling_interval
             next_tick += interval
             now = self.clock.now()

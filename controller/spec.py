@@ -663,6 +663,8 @@ def parse_spec(raw: object, path: str = "spec", errors: list[FieldError] | None 
 
 def parse_queuescaler(doc: object, *, default_namespace: str = "default") -> QueueScaler:
     """Parse a whole QueueScaler object (as read from YAML or the API); raises SpecError with every problem."""
+    if not isinstance(doc, Mapping):
+        raise SpecError([FieldError("document", f"must be a {KIND} object, got {_show(doc)}")])
     errors: list[FieldError] = []
     f = Fields(doc, "", errors)
     api_version = f.string("apiVersion", required=True)

@@ -1,15 +1,49 @@
-"""Azure Storage Queue: the `azure-queue` kind's fields and validation.
+"""Azure Storage Queue: the `azure-queue` kind's fields, validation and poller.
 
-The poller (Get Queue Metadata over httpx, Shared Key / SAS / workload identity) is built in issue 3.
+The poller reads one queue's approximate message count with one Get Queue Metadata call
+(`GET {endpoint}/{queue}?comp=metadata`, header `x-ms-approximate-messages-count`) over the shared
+`httpx.AsyncClient`, signed with Shared Key, a SAS, or a workload-identity bearer token (see `azure_auth`).
+With `countStrategy: visible` it first peeks up to 32 messages: fewer than 32 is the exact visible count.
+
+Transient failures (503 ServerBusy, 500, 408, timeouts, refused connections) are retried with exponential
+back-off and jitter inside the poll's budget; permanent ones (403, 404, 400) fail at once. Either way the reading
+carries the Azure error code and a message a person can act on, and never a secret.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import os
+import random
 import re
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
+import httpx
+
+from controller.policy import SourceError, SourceReading
+from controller.sources.azure_auth import (
+    BearerToken,
+    CredentialError,
+    SasToken,
+    SharedKey,
+    WorkloadIdentityConfig,
+    format_http_date,
+    install_log_scrubbing,
+    parse_connection_string,
+    scrub,
+    strip_query,
+    token_refresh_time,
+)
+from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
+
+log = logging.getLogger(__name__)
 
 TYPE = "azure-queue"
 CLOUD_SUFFIXES = {
@@ -93,4 +127,404 @@ def parse(f: Fields, weight: float) -> AzureQueueSource:
     )
 
 
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The poller
+
+API_VERSION = "2025-11-05"  # pinned: Azurite 3.37 and Azure both know it; Bearer needs >= 2017-11-09
+PEEK_LIMIT = 32  # the most Peek Messages returns
+COUNT_HEADER = "x-ms-approximate-messages-count"
+VISIBLE_UNKNOWN_NOTE = (
+    f"visible count unknown: {PEEK_LIMIT} or more visible, used the approximate count "
+    "(which also counts invisible messages)"
+)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential back-off with jitter for transient failures; the poll's budget caps it all."""
+
+    request_timeout: float = 5.0  # one request, at most
+    first_delay: float = 0.1
+    max_delay: float = 2.0
+    max_attempts: int = 6
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        """Wait before retry number `retry` (0-based): half the exponential step fixed, half random."""
+        step = min(self.max_delay, self.first_delay * 2.0**retry)
+        return step / 2 + rng.uniform(0, step / 2)
+
+
+@dataclass(frozen=True)
+class _Access:
+    """How one poll reaches the queue: the endpoint and exactly one of the credentials (all repr-safe)."""
+
+    endpoint: str  # no trailing slash, no query
+    account: str  # for messages: the account name, or the endpoint's host when only a SAS names it
+    how: Literal["account key", "connection string", "SAS", "workload identity"]
+    secret: SecretKeyRef | None = None
+    shared_key: SharedKey | None = None
+    sas: SasToken | None = None
+
+    @property
+    def check_secret(self) -> str:
+        if self.secret is None:
+            return ""
+        return f": check the Secret '{self.secret.name}' key '{self.secret.key}'"
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """One call's result after retries: a response, or the error that ended it."""
+
+    response: httpx.Response | None
+    error: SourceError | None = None
+    attempts: int = 1
+
+
+_Attempt = Callable[[float], Awaitable[_Outcome]]
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# What a service too old for our pinned x-ms-version (an old Azurite or Azure Stack) answers.
+_VERSION_TROUBLE = frozenset(
+    {"InvalidHeaderValue", "InvalidQueryParameterValue", "UnsupportedHeader", "OutOfRangeInput"}
+)
+
+
+class AzureQueuePoller:
+    """Polls one Azure Storage queue. Secrets are read on every poll, so a rotated key takes effect at once."""
+
+    def __init__(
+        self,
+        spec: AzureQueueSource,
+        context: SourceContext,
+        *,
+        retry: RetryPolicy | None = None,
+        environ: Mapping[str, str] | None = None,
+        rng: random.Random | None = None,
+        api_version: str = API_VERSION,
+    ) -> None:
+        self._spec = spec
+        self._context = context
+        self._retry = retry or RetryPolicy()
+        self._environ = os.environ if environ is None else environ
+        self._rng = rng or random.Random()
+        self._api_version = api_version
+        self._token: BearerToken | None = None
+        self.retries = 0  # retries made by the last poll (for tests and metrics)
+
+    @property
+    def spec(self) -> AzureQueueSource:
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"AzureQueuePoller(queue={self._spec.queue_name!r}, account={self._spec.account_name!r})"
+
+    async def aclose(self) -> None:
+        self._token = None
+
+    def _wall_clock(self) -> float:
+        return self._context.now() if self._context.now is not None else time.time()
+
+    # ----------------------------------------------------------------------------------------------------------
+
+    async def poll(self, budget: float) -> SourceReading:
+        """The queue's count, or an error reading; retries transient failures within `budget` seconds."""
+        # Finish a little before the budget so the caller's own timeout never has to cut us off.
+        deadline = time.monotonic() + max(0.0, budget - min(0.25, budget * 0.1))
+        self.retries = 0
+        try:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    access = await self._access()
+            except SecretUnavailable as exc:
+                return SourceReading.failed(exc.code, exc.message, retryable=False)
+            except CredentialError as exc:
+                return SourceReading.failed("InvalidCredential", str(exc), retryable=False)
+            except TimeoutError:
+                return SourceReading.failed(
+                    "Timeout", f"reading the credentials for queue '{self._spec.queue_name}' outlasted the budget"
+                )
+            return await self._count(access, deadline)
+        except Exception as exc:  # never raise out of a poll; the exception's text may hold a URL with a SAS
+            log.error("azure-queue %s: unexpected %s", self._spec.queue_name, type(exc).__name__)
+            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+
+    async def _count(self, access: _Access, deadline: float) -> SourceReading:
+        if self._spec.count_strategy == "visible":
+            peek = await self._call(access, "messages", "peekonly=true&numofmessages=32", deadline)
+            if peek.error is not None:
+                return SourceReading(count=None, error=peek.error)
+            assert peek.response is not None
+            visible = _count_peeked(peek.response.content)
+            if visible is None:
+                return SourceReading.failed(
+                    "InvalidResponse", f"Peek Messages on {self._where(access)} answered with no message list"
+                )
+            if visible < PEEK_LIMIT:
+                return SourceReading.of(visible)
+        metadata = await self._call(access, "", "comp=metadata", deadline)
+        if metadata.error is not None:
+            return SourceReading(count=None, error=metadata.error)
+        assert metadata.response is not None
+        count = _parse_count(metadata.response.headers.get(COUNT_HEADER))
+        if count is None:
+            return SourceReading.failed(
+                "InvalidResponse",
+                f"Get Queue Metadata on {self._where(access)} answered without a valid {COUNT_HEADER} header",
+            )
+        note = VISIBLE_UNKNOWN_NOTE if self._spec.count_strategy == "visible" else ""
+        return SourceReading.of(count, note)
+
+    def _where(self, access: _Access) -> str:
+        return f"queue '{self._spec.queue_name}' in account '{access.account}'"
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Credentials
+
+    async def _access(self) -> _Access:
+        spec = self._spec
+        if spec.connection_secret_ref is not None:
+            ref = spec.connection_secret_ref
+            text = await self._context.secrets(ref.name, ref.key)
+            conn = parse_connection_string(text, where=_secret_words(ref))
+            account = conn.account or _host(conn.queue_endpoint)
+            return _Access(conn.queue_endpoint, account, "connection string", ref, conn.shared_key, conn.sas)
+        account = spec.account_name or ""
+        endpoint = spec.endpoint or f"https://{account}.queue.{CLOUD_SUFFIXES[spec.cloud]}"
+        if spec.account_key_secret_ref is not None:
+            ref = spec.account_key_secret_ref
+            text = await self._context.secrets(ref.name, ref.key)
+            key = SharedKey.from_base64(account, text, where=_secret_words(ref))
+            return _Access(endpoint, account, "account key", ref, shared_key=key)
+        if spec.sas_secret_ref is not None:
+            ref = spec.sas_secret_ref
+            sas = SasToken.parse(await self._context.secrets(ref.name, ref.key), where=_secret_words(ref))
+            return _Access(endpoint, account, "SAS", ref, sas=sas)
+        return _Access(endpoint, account, "workload identity")
+
+    async def _bearer(self, timeout: float) -> str | _Outcome:
+        """A cached storage token, or a fresh one from the workload-identity exchange (or the failure)."""
+        now = self._wall_clock()
+        if self._token is not None and now < self._token.refresh_at:
+            return self._token.value
+        try:
+            config = WorkloadIdentityConfig.from_environment(self._environ)
+        except CredentialError as exc:
+            return _failure("WorkloadIdentityNotConfigured", str(exc), retryable=False)
+        try:
+            # Read every time: the kubelet rotates the projected service-account token.
+            assertion = Path(config.token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = getattr(exc, "strerror", None) or type(exc).__name__
+            return _failure(
+                "WorkloadIdentityNotConfigured",
+                f"cannot read the federated token file {config.token_file} ({why})",
+                retryable=False,
+            )
+        token_url = strip_query(config.token_url)
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._context.http.post(
+                    config.token_url, data=config.exchange_form(assertion), timeout=timeout
+                )
+        except (TimeoutError, httpx.TimeoutException):
+            return _failure("Timeout", f"no answer from the token endpoint {token_url} within {timeout:.1f}s")
+        except httpx.TransportError as exc:
+            return _failure("ConnectionFailed", f"cannot reach the token endpoint {token_url} ({type(exc).__name__})")
+        return self._accept_token(response, config, token_url, now)
+
+    def _accept_token(
+        self, response: httpx.Response, config: WorkloadIdentityConfig, token_url: str, now: float
+    ) -> str | _Outcome:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if response.status_code == 200 and isinstance(body, dict) and isinstance(body.get("access_token"), str):
+            try:
+                expires_in = float(body.get("expires_in", 3600))
+            except (TypeError, ValueError):
+                expires_in = 3600.0
+            self._token = BearerToken(body["access_token"], now + expires_in, token_refresh_time(now, expires_in))
+            return self._token.value
+        error = body.get("error") if isinstance(body, dict) else None
+        description = body.get("error_description") if isinstance(body, dict) else None
+        aadsts = re.search(r"AADSTS\d+", description) if isinstance(description, str) else None
+        detail = " ".join(str(part) for part in (error, aadsts.group(0) if aadsts else None) if part)
+        retryable = response.status_code in _RETRYABLE_STATUS
+        return _failure(
+            "TokenExchangeFailed",
+            f"the workload-identity token exchange at {token_url} failed with HTTP {response.status_code}"
+            f"{f' ({detail})' if detail else ''}: check the federated credential of client id "
+            f"'{config.client_id}' in tenant '{config.tenant_id}'",
+            retryable=retryable,
+        )
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Calls
+
+    async def _call(self, access: _Access, subpath: str, query: str, deadline: float) -> _Outcome:
+        """One queue-service call, retried while it fails transiently and the budget allows."""
+        path = f"{access.endpoint}/{self._spec.queue_name}{'/' + subpath if subpath else ''}"
+        url = f"{path}?{query}"
+
+        async def attempt(timeout: float) -> _Outcome:
+            target = url
+            authorization = ""
+            if access.sas is not None:
+                target = access.sas.apply(url)
+            elif access.shared_key is None:
+                started = time.monotonic()
+                token = await self._bearer(timeout)
+                if isinstance(token, _Outcome):
+                    return token
+                authorization = f"Bearer {token}"
+                timeout = max(0.001, timeout - (time.monotonic() - started))  # the exchange spent part of it
+            headers = {"x-ms-date": format_http_date(self._wall_clock()), "x-ms-version": self._api_version}
+            if access.shared_key is not None:
+                authorization = access.shared_key.authorization("GET", url, headers)
+            if authorization:
+                headers["Authorization"] = authorization
+            try:
+                async with asyncio.timeout(timeout):
+                    response = await self._context.http.get(target, headers=headers, timeout=timeout)
+            except (TimeoutError, httpx.TimeoutException):
+                return _failure("Timeout", f"no answer from {path} within {timeout:.1f}s")
+            except httpx.TransportError as exc:
+                return _failure("ConnectionFailed", f"cannot connect to {access.endpoint} ({type(exc).__name__})")
+            return self._classify(response, access, path)
+
+        outcome = await self._with_retries(attempt, deadline)
+        if outcome.error is not None and outcome.error.retryable and outcome.attempts > 1:
+            error = outcome.error
+            message = f"{error.message} (gave up after {outcome.attempts} attempts)"
+            outcome = _Outcome(None, SourceError(error.code, message, error.retryable), outcome.attempts)
+        return outcome
+
+    async def _with_retries(self, attempt: _Attempt, deadline: float) -> _Outcome:
+        policy = self._retry
+        attempts = 0
+        last: _Outcome | None = None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            attempts += 1
+            outcome = await attempt(min(policy.request_timeout, remaining))
+            last = _Outcome(outcome.response, outcome.error, attempts)
+            if outcome.error is None or not outcome.error.retryable or attempts >= policy.max_attempts:
+                return last
+            wait = policy.delay(attempts - 1, self._rng)
+            # Retry only if the wait leaves time for a useful attempt.
+            if time.monotonic() + wait + min(0.05, policy.request_timeout) >= deadline:
+                return last
+            self.retries += 1
+            await asyncio.sleep(wait)
+        return last or _failure("Timeout", "the poll's time budget was spent before any request")
+
+    def _classify(self, response: httpx.Response, access: _Access, path: str) -> _Outcome:
+        status = response.status_code
+        if 200 <= status < 300:
+            return _Outcome(response)
+        code, azure_message = _error_details(response)
+        retryable = status in _RETRYABLE_STATUS
+        if access.how == "workload identity" and status in (401, 403) and code != "AuthorizationPermissionMismatch":
+            self._token = None  # maybe revoked or for the wrong audience: exchange again next time
+        message = self._explain(status, code or f"HTTP{status}", azure_message, access, path)
+        return _failure(code or f"HTTP{status}", message, retryable=retryable)
+
+    def _explain(self, status: int, code: str, azure_message: str, access: _Access, path: str) -> str:
+        """A message that says what to fix, in the user's words (queue, account, Secret), never a secret."""
+        queue, account = self._spec.queue_name, access.account
+        check = access.check_secret
+        if code == "QueueNotFound":
+            return f"queue '{queue}' not found in account '{account}': create it or fix queueName"
+        if code == "AuthenticationFailed" or (status == 401 and access.how == "workload identity"):
+            if access.how == "account key":
+                what = f"the account key for '{account}' was rejected ({code})"
+            elif access.how == "connection string":
+                what = f"the connection string's credentials for '{account}' were rejected ({code})"
+            elif access.how == "SAS":
+                expiry = access.sas.expiry if access.sas is not None else None
+                what = (f"the SAS for '{account}' was rejected ({code}): it may have expired"
+                        f"{f' (se={expiry})' if expiry else ''}, be malformed or signed with a rotated key")
+            else:
+                what = f"the workload-identity token for '{account}' was rejected ({code})"
+            clock = " (or this machine's clock is more than 15 minutes off)" if access.how != "SAS" else ""
+            return f"{what}{check}{clock}"
+        if code == "AuthorizationPermissionMismatch":
+            if access.how == "workload identity":
+                client = self._environ.get("AZURE_CLIENT_ID", "?")
+                return (f"the workload identity (client id '{client}') may not read queue '{queue}' in account "
+                        f"'{account}' ({code}): assign it the Storage Queue Data Reader role")
+            return (f"the credentials for '{account}' may not read queue '{queue}' ({code}): a SAS needs the r "
+                    f"permission{check}")
+        if code == "AuthorizationResourceTypeMismatch":
+            return (f"the account SAS for '{account}' does not cover this call ({code}): issue it with srt=c "
+                    f"(srt=co with countStrategy: visible, since Peek Messages reads messages){check}")
+        if code == "InvalidResourceName":
+            return (f"queue name '{queue}' is not valid in account '{account}' ({code}): use 3-63 lowercase "
+                    "letters, digits and single dashes")
+        if code in _VERSION_TROUBLE or "Version" in code:
+            return (f"the queue service at {access.endpoint} rejected the request ({code}): it may not support "
+                    f"service version {self._api_version}; {azure_message}".rstrip("; "))
+        if status in (500, 503) or code in ("ServerBusy", "InternalError", "OperationTimedOut"):
+            return f"the queue service for account '{account}' is busy or failing (HTTP {status} {code})"
+        detail = f": {azure_message}" if azure_message else ""
+        return f"HTTP {status} ({code}) from {path}{detail}"
+
+
+def _failure(code: str, message: str, *, retryable: bool = True) -> _Outcome:
+    return _Outcome(None, SourceError(code, message, retryable))
+
+
+def _secret_words(ref: SecretKeyRef) -> str:
+    return f"Secret '{ref.name}' key '{ref.key}'"
+
+
+def _host(url: str) -> str:
+    return httpx.URL(url).host
+
+
+def _parse_count(value: str | None) -> int | None:
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value.strip())
+
+
+def _count_peeked(body: bytes) -> int | None:
+    """How many `<QueueMessage>` a Peek Messages answer holds; None when it is not a message list."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return None
+    if root.tag != "QueueMessagesList":
+        return None
+    return sum(1 for child in root if child.tag == "QueueMessage")
+
+
+def _error_details(response: httpx.Response) -> tuple[str, str]:
+    """Azure's error code (header, or the XML body) and the first line of its message, scrubbed."""
+    code = response.headers.get("x-ms-error-code", "")
+    message = ""
+    if response.content:
+        try:
+            root = ET.fromstring(response.content)
+        except ET.ParseError:
+            root = None
+        if root is not None:
+            code = code or (root.findtext("Code") or "").strip()
+            message = (root.findtext("Message") or "").strip().split("\n", 1)[0].strip()
+    return code, scrub(message)[:300]
+
+
+def _build(spec: SourceSpec, context: SourceContext) -> AzureQueuePoller:
+    if not isinstance(spec, AzureQueueSource):
+        raise TypeError(f"azure-queue factory got a {type(spec).__name__}")
+    return AzureQueuePoller(spec, context)
+
+
 register_source_kind(TYPE, parse)
+register_source_factory(TYPE, _build)
+install_log_scrubbing()

@@ -1,0 +1,206 @@
+"""A thin asyncio layer over the official client (`kubernetes.aio`): config loading, JSON requests, watches.
+
+Every call goes through `request()` (plain dicts in and out, no generated models: the operator reads a few fields
+of a few kinds) or `watch()` (a chunked stream of watch events). Errors are `KubeError` with the HTTP status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes.aio import client as aio_client
+from kubernetes.aio import config as aio_config
+from kubernetes.aio.config.config_exception import ConfigException
+
+log = logging.getLogger(__name__)
+
+MERGE_PATCH = "application/merge-patch+json"
+GROUP = "queuescale.io"
+VERSION = "v1alpha1"
+PLURAL = "queuescalers"
+
+
+class KubeError(Exception):
+    """A failed API call: HTTP `status` (0 for no answer), the Status `reason`, and a message without secrets."""
+
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.retry_after = retry_after
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in (0, 408, 429) or self.status >= 500
+
+
+async def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> aio_client.Configuration:
+    """In-cluster config when running in a pod (and no kubeconfig given), else the kubeconfig."""
+    configuration = aio_client.Configuration()
+    if kubeconfig is None:
+        try:
+            aio_config.load_incluster_config(client_configuration=configuration)
+            return configuration
+        except ConfigException:
+            pass
+    await aio_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+    return configuration
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK, ERROR
+    object: dict[str, Any]
+
+
+class KubeApi:
+    """JSON requests to the API server through the official asyncio client."""
+
+    def __init__(
+        self, configuration: aio_client.Configuration, *, timeout: float = 30.0, user_agent: str | None = None
+    ) -> None:
+        self.api_client = aio_client.ApiClient(configuration)
+        if user_agent:
+            self.api_client.user_agent = user_agent  # audit logs (and tests) can tell replicas apart
+        self.timeout = timeout
+
+    async def close(self) -> None:
+        await self.api_client.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+    ) -> dict[str, Any]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        try:
+            result = await self.api_client.call_api(
+                path, method, query_params=list((query or {}).items()), header_params=headers, body=body,
+                response_types_map={200: "object", 201: "object", 202: "object"}, auth_settings=["BearerToken"],
+                _return_http_data_only=True, _preload_content=True, _request_timeout=timeout or self.timeout,
+            )
+        except aio_client.ApiException as exc:
+            raise _error_from(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
+        except (TimeoutError, OSError) as exc:
+            raise KubeError(0, "Unreachable", f"no answer from the API server ({type(exc).__name__})") from None
+        except Exception as exc:  # aiohttp's client errors
+            if type(exc).__module__.startswith("aiohttp"):
+                raise KubeError(0, "Unreachable", f"no answer from the API server ({type(exc).__name__})") from None
+            raise
+        return result if isinstance(result, dict) else {}
+
+    async def request_with_retries(
+        self, method: str, path: str, *, attempts: int = 4, **kwargs: Any
+    ) -> dict[str, Any]:
+        """`request`, retrying 429 (after Retry-After) and 5xx / no answer (exponential back-off with jitter)."""
+        delay = 0.2
+        for attempt in range(attempts):
+            try:
+                return await self.request(method, path, **kwargs)
+            except KubeError as exc:
+                if not exc.retryable or attempt == attempts - 1:
+                    raise
+                wait = exc.retry_after if exc.retry_after is not None else delay * (0.5 + random.random())
+                await asyncio.sleep(min(wait, 10.0))
+                delay *= 2
+        raise AssertionError("unreachable")
+
+    async def watch(
+        self, path: str, *, resource_version: str, timeout_seconds: int = 300, query: Mapping[str, str] | None = None
+    ) -> AsyncIterator[WatchEvent]:
+        """Watch events after `resource_version` until the server ends the stream. An expired version arrives as
+        an ERROR event whose object is a Status with code 410."""
+        params = {
+            **(query or {}), "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(timeout_seconds),
+        }
+        try:
+            response = await self.api_client.call_api(
+                path, "GET", query_params=list(params.items()), header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout_seconds + 30,
+            )
+        except aio_client.ApiException as exc:
+            raise _error_from(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
+        except Exception as exc:
+            if isinstance(exc, TimeoutError | OSError) or type(exc).__module__.startswith("aiohttp"):
+                raise KubeError(0, "Unreachable", f"no answer from the API server ({type(exc).__name__})") from None
+            raise
+        try:
+            if not 200 <= response.status < 300:
+                body = await response.read()
+                raise _error_from(response.status, response.reason or "", body, response.headers)
+            while True:
+                try:
+                    line = await response.content.readline()
+                except Exception as exc:
+                    if isinstance(exc, TimeoutError | OSError) or type(exc).__module__.startswith("aiohttp"):
+                        return  # a dropped watch: the caller watches again from its last version
+                    raise
+                if not line:
+                    return
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except json.JSONDecodeError:
+                    log.warning("skipping a watch line that is not JSON")
+                    continue
+                if isinstance(event, dict) and isinstance(event.get("object"), dict):
+                    yield WatchEvent(str(event.get("type")), event["object"])
+        finally:
+            response.release()
+
+
+def _error_from(status: int, reason: str, body: object, headers: Any) -> KubeError:
+    message = reason
+    status_reason = reason
+    if isinstance(body, bytes | str):
+        try:
+            parsed = json.loads(body)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            parsed = None
+        if isinstance(parsed, dict):
+            message = str(parsed.get("message") or message)
+            status_reason = str(parsed.get("reason") or status_reason)
+    retry_after = None
+    if headers is not None:
+        raw = headers.get("Retry-After")
+        try:
+            retry_after = float(raw) if raw is not None else None
+        except ValueError:
+            retry_after = None
+    return KubeError(status, status_reason or "Unknown", message or f"HTTP {status}", retry_after)
+
+
+def rules_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+    base = f"/apis/{GROUP}/{VERSION}"
+    path = f"{base}/namespaces/{quote(namespace)}/{PLURAL}" if namespace else f"{base}/{PLURAL}"
+    if name:
+        path += f"/{quote(name)}"
+    if subresource:
+        path += f"/{subresource}"
+    return path
+
+
+def core_path(kind_plural: str, namespace: str, name: str | None = None) -> str:
+    path = f"/api/v1/namespaces/{quote(namespace)}/{kind_plural}"
+    return f"{path}/{quote(name)}" if name else path
+
+
+def lease_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/coordination.k8s.io/v1/namespaces/{quote(namespace)}/leases"
+    return f"{path}/{quote(name)}" if name else path

@@ -1,0 +1,78 @@
+"""Secrets a rule names, read from the rule's namespace only, cached briefly so key rotation takes effect."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from controller.sources.base import SecretResolver, SecretUnavailable
+
+# (namespace, name) -> the Secret's `data` (base64 values); raises ApiLikeError with .status
+SecretReader = Callable[[str, str], Awaitable[dict[str, Any]]]
+
+
+class SecretCache:
+    """get(namespace, name, key) with a short TTL; `invalidate` forces a re-read (e.g. after a 403 from Azure).
+
+    Only single Secrets are read (get), never listed: the operator needs no cluster-wide access to Secrets.
+    """
+
+    def __init__(self, read: SecretReader, *, ttl: float = 30.0, now: Callable[[], float] = time.monotonic) -> None:
+        self._read = read
+        self.ttl = ttl
+        self._now = now
+        self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        self.reads = 0
+
+    def resolver(self, namespace: str) -> SecretResolver:
+        cache = self
+
+        class _Resolver:
+            async def __call__(self, name: str, key: str) -> str:
+                return await cache.get(namespace, name, key)
+
+            def __repr__(self) -> str:
+                return f"SecretResolver(namespace={namespace!r})"
+
+        return _Resolver()
+
+    def invalidate(self, namespace: str, name: str | None = None) -> None:
+        for cached in [k for k in self._cache if k[0] == namespace and (name is None or k[1] == name)]:
+            del self._cache[cached]
+
+    async def get(self, namespace: str, name: str, key: str) -> str:
+        entry = self._cache.get((namespace, name))
+        if entry is None or self._now() - entry[0] > self.ttl:
+            try:
+                data = await self._read(namespace, name)
+            except Exception as exc:
+                raise _unavailable(exc, namespace, name) from None
+            self.reads += 1
+            entry = (self._now(), data)
+            self._cache[(namespace, name)] = entry
+        data = entry[1]
+        if key not in data or data[key] is None:
+            keys = ", ".join(sorted(data)) or "none"
+            raise SecretUnavailable(
+                "SecretKeyNotFound", f"Secret '{name}' in namespace '{namespace}' has no key '{key}' (keys: {keys})"
+            )
+        try:
+            return base64.b64decode(str(data[key]), validate=True).decode("utf-8").strip()
+        except (ValueError, UnicodeDecodeError):
+            raise SecretUnavailable(
+                "SecretKeyInvalid", f"Secret '{name}' key '{key}' in namespace '{namespace}' is not UTF-8 text"
+            ) from None
+
+
+def _unavailable(exc: Exception, namespace: str, name: str) -> SecretUnavailable:
+    status = getattr(exc, "status", None)
+    if status == 404:
+        return SecretUnavailable("SecretNotFound", f"Secret '{name}' not found in namespace '{namespace}'")
+    if status == 403:
+        return SecretUnavailable(
+            "SecretForbidden", f"the operator may not read Secret '{name}' in namespace '{namespace}' (RBAC)"
+        )
+    what = f"HTTP {status}" if status else type(exc).__name__
+    return SecretUnavailable("SecretUnavailable", f"could not read Secret '{name}' in namespace '{namespace}': {what}")

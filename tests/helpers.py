@@ -1,0 +1,93 @@
+"""Small helpers shared by the azure-queue tests: secrets in a dict, queues with known traffic, one poll."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+from azure.storage.queue import QueueClient, QueueServiceClient
+
+from controller.policy import SourceReading
+from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource, RetryPolicy
+from controller.sources.base import SecretResolver, SecretUnavailable, SourceContext
+from controller.spec import SecretKeyRef
+from tests.azurite import Azurite
+
+
+class DictSecrets:
+    """A SecretResolver over `{(name, key): value}`; counts reads so tests can see secrets are re-read."""
+
+    def __init__(self, values: Mapping[tuple[str, str], str] | None = None) -> None:
+        self.values = dict(values or {})
+        self.reads = 0
+
+    async def __call__(self, name: str, key: str) -> str:
+        self.reads += 1
+        if (name, key) not in self.values:
+            raise SecretUnavailable("SecretNotFound", f"Secret '{name}' key '{key}' not found")
+        return self.values[(name, key)]
+
+
+def unique_queue() -> str:
+    return f"q-{uuid.uuid4().hex[:16]}"
+
+
+def in_one_hour() -> dt.datetime:
+    return dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+
+
+def new_queue(azurite: Azurite, name: str | None = None) -> QueueClient:
+    service = QueueServiceClient.from_connection_string(azurite.connection_string)
+    client: QueueClient = service.create_queue(name or unique_queue())
+    return client
+
+
+def add_traffic(queue: QueueClient, *, visible: int = 0, dequeued: int = 0, delayed: int = 0) -> None:
+    """`visible` + `dequeued` messages put, `dequeued` of them received (invisible for 5 min), `delayed` put hidden."""
+    for index in range(visible + dequeued):
+        queue.send_message(f"message {index}")
+    if dequeued:
+        received = list(queue.receive_messages(messages_per_page=dequeued, max_messages=dequeued,
+                                               visibility_timeout=300))
+        assert len(received) == dequeued
+    for index in range(delayed):
+        queue.send_message(f"delayed {index}", visibility_timeout=300)
+
+
+def key_source(azurite: Azurite, queue: str, **fields: Any) -> AzureQueueSource:
+    return AzureQueueSource(
+        type="azure-queue", queue_name=queue, account_name=azurite.account, endpoint=azurite.endpoint,
+        account_key_secret_ref=SecretKeyRef("storage", "account-key"), **fields,
+    )
+
+
+def key_secrets(azurite: Azurite, key: str | None = None) -> DictSecrets:
+    return DictSecrets({("storage", "account-key"): key or azurite.key})
+
+
+async def timed_poll(
+    spec: AzureQueueSource, secrets: SecretResolver, *, budget: float, retry: RetryPolicy | None = None
+) -> tuple[SourceReading, float]:
+    """One poll and how long the poll alone took (not the client's setup and teardown)."""
+    async with httpx.AsyncClient() as http:
+        poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets), retry=retry)
+        started = time.monotonic()
+        reading = await poller.poll(budget)
+        return reading, time.monotonic() - started
+
+
+async def poll_once(
+    spec: AzureQueueSource,
+    secrets: SecretResolver,
+    *,
+    budget: float = 5.0,
+    retry: RetryPolicy | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> SourceReading:
+    async with httpx.AsyncClient() as http:
+        poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets), retry=retry, environ=environ)
+        return await poller.poll(budget)

@@ -1,0 +1,208 @@
+"""The per-rule loop: poll -> decide -> scale -> report, with in-memory sources and targets."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from controller.policy import Reason, SourceReading
+from controller.reconciler import Reconciler, TickResult
+from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec
+from controller.targets.base import ScaleState, TargetConflict, TargetError
+from tests.policy_helpers import make_spec
+
+
+class VirtualClock:
+    def __init__(self, start: float = 1_000.0) -> None:
+        self.time = start
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.time
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.time += seconds
+        await asyncio.sleep(0)
+
+
+@dataclass
+class QueueSource:
+    """A source reading a number we set; or an error, or a hang, or a crash."""
+
+    counts: list[int | None]
+    hang: bool = False
+    crash: bool = False
+    spec: SourceSpec = field(default_factory=lambda: make_spec().sources[0])
+
+    async def poll(self, budget: float) -> SourceReading:
+        if self.crash:
+            raise RuntimeError("https://acme.queue.core.windows.net/q?sig=SECRET")
+        if self.hang:
+            await asyncio.sleep(3600)
+        count = self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
+        if count is None:
+            return SourceReading.failed("ServerBusy", "throttled")
+        return SourceReading.of(count)
+
+    async def aclose(self) -> None:
+        return None
+
+
+@dataclass
+class MemoryTarget:
+    replicas: int = 1
+    version: int = 1
+    conflicts: int = 0  # how many writes to refuse with 409, each after someone else set `other_writer`
+    other_writer: int | None = None
+    broken: TargetError | None = None
+    writes: list[int] = field(default_factory=list)
+    ref: ScaleTargetRef = field(default_factory=lambda: ScaleTargetRef("worker"))
+
+    async def read(self) -> ScaleState:
+        if self.broken:
+            raise self.broken
+        return ScaleState(self.replicas, self.replicas, str(self.version))
+
+    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
+        if self.conflicts:
+            self.conflicts -= 1
+            if self.other_writer is not None:
+                self.replicas = self.other_writer
+            self.version += 1
+            raise TargetConflict()
+        assert read.version == str(self.version)
+        self.replicas = replicas
+        self.version += 1
+        self.writes.append(replicas)
+        return ScaleState(replicas, replicas, str(self.version))
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.results: list[TickResult] = []
+
+    async def report(self, result: TickResult) -> None:
+        self.results.append(result)
+
+
+def rule(**spec: Any) -> QueueScaler:
+    return QueueScaler(name="r", namespace="ns", spec=make_spec(**spec))
+
+
+async def test_tick_polls_decides_scales_and_reports() -> None:
+    target, reporter, clock = MemoryTarget(replicas=1), Collect(), VirtualClock()
+    reconciler = Reconciler(rule(), [QueueSource([1000])], target, clock, reporter)
+    result = await reconciler.tick()
+    assert target.writes == [200]
+    assert result.decision is not None and result.decision.reason == Reason.SCALED_UP
+    assert result.scaled is not None and (result.scaled.from_replicas, result.scaled.to_replicas) == (1, 200)
+    assert result.memory.last_scale_up == clock.time
+    assert reporter.results == [result]
+
+
+async def test_conflict_rereads_and_decides_again() -> None:
+    # Someone ran `kubectl scale --replicas=150` between our read and our write: decide from 150.
+    target = MemoryTarget(replicas=1, conflicts=1, other_writer=150)
+    reconciler = Reconciler(rule(), [QueueSource([1000])], target, VirtualClock())
+    result = await reconciler.tick()
+    assert target.writes == [200]
+    assert result.decision is not None and result.decision.current == 150
+    assert result.scaled is not None and result.scaled.from_replicas == 150
+
+
+async def test_a_replica_count_set_by_someone_else_is_respected() -> None:
+    # The other writer scaled to the count we would pick anyway: nothing to write.
+    target = MemoryTarget(replicas=1, conflicts=1, other_writer=200)
+    result = await Reconciler(rule(), [QueueSource([1000])], target, VirtualClock()).tick()
+    assert target.writes == [] and result.scaled is None and result.target_error is None
+
+
+async def test_endless_conflicts_give_up_with_the_error() -> None:
+    target = MemoryTarget(replicas=1, conflicts=99)
+    result = await Reconciler(rule(), [QueueSource([1000])], target, VirtualClock()).tick()
+    assert isinstance(result.target_error, TargetConflict)
+    assert result.scaled is None and result.memory.last_scale_up is None
+
+
+async def test_unreadable_target_makes_no_decision_and_keeps_memory() -> None:
+    target = MemoryTarget(broken=TargetError("NotFound", "deployment ns/worker not found", retryable=False))
+    reconciler = Reconciler(rule(), [QueueSource([1000])], target, VirtualClock())
+    before = reconciler.memory
+    result = await reconciler.tick()
+    assert result.decision is None and result.target_error is target.broken
+    assert reconciler.memory == before
+
+
+async def test_failed_write_is_not_remembered_as_a_scale() -> None:
+    class Refusing(MemoryTarget):
+        async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
+            raise TargetError("Forbidden", "cannot update deployments/scale", retryable=False)
+
+    result = await Reconciler(rule(), [QueueSource([1000])], Refusing(), VirtualClock()).tick()
+    assert result.scaled is None and result.memory.last_scale_up is None
+    assert result.target_error is not None and result.target_error.code == "Forbidden"
+
+
+async def test_crashing_source_is_a_failed_poll_without_its_text() -> None:
+    target = MemoryTarget(replicas=4)
+    result = await Reconciler(rule(), [QueueSource([0], crash=True)], target, VirtualClock()).tick()
+    (reading,) = result.observation.readings
+    assert reading.error is not None and reading.error.code == "InternalError"
+    assert "SECRET" not in reading.error.message
+    assert target.writes == []  # a failed poll never scales down
+
+
+async def test_hanging_source_times_out_within_the_polling_interval() -> None:
+    spec_rule = rule(pollingInterval=1)
+    result = await asyncio.wait_for(
+        Reconciler(spec_rule, [QueueSource([0], hang=True)], MemoryTarget(), VirtualClock()).tick(), timeout=5
+    )
+    (reading,) = result.observation.readings
+    assert reading.error is not None and reading.error.code == "Timeout"
+
+
+async def test_several_sources_are_polled_together_and_summed() -> None:
+    sources = [QueueSource([100]), QueueSource([300])]
+    result = await Reconciler(rule(queues=2), sources, MemoryTarget(), VirtualClock()).tick()
+    assert result.decision is not None and result.decision.count == 400
+
+
+async def test_rule_change_takes_effect_on_the_next_tick_and_keeps_memory() -> None:
+    target = MemoryTarget(replicas=1)
+    reconciler = Reconciler(rule(), [QueueSource([100])], target, VirtualClock())
+    await reconciler.tick()
+    assert target.replicas == 20
+    memory = reconciler.memory
+    changed = rule(policy={"targetPerReplica": 50})
+    reconciler.update(replace(changed, generation=2))
+    assert reconciler.memory == memory
+    await reconciler.tick()
+    assert target.replicas == 20  # scale-down stabilization holds it
+    assert reconciler.rule.generation == 2
+
+
+async def test_run_ticks_every_polling_interval_until_stopped() -> None:
+    clock, reporter = VirtualClock(), Collect()
+    reconciler = Reconciler(rule(pollingInterval="10s"), [QueueSource([5])], MemoryTarget(), clock, reporter)
+    stop = asyncio.Event()
+
+    async def stop_after_three() -> None:
+        while len(reporter.results) < 3:
+            await asyncio.sleep(0)
+        stop.set()
+
+    await asyncio.wait_for(asyncio.gather(reconciler.run(stop), stop_after_three()), timeout=5)
+    times = [r.time for r in reporter.results[:3]]
+    assert times == [1000.0, 1010.0, 1020.0]
+
+
+async def test_history_is_kept_to_the_trend_window() -> None:
+    clock = VirtualClock()
+    reconciler = Reconciler(rule(policy={"trendWindow": "30s"}), [QueueSource([5])], MemoryTarget(), clock)
+    for _ in range(20):
+        await reconciler.tick()
+        clock.time += 10
+    assert 3 <= len(reconciler.history) <= 5
+    assert reconciler.history[-1].time - reconciler.history[1].time <= 30
