@@ -106,6 +106,16 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.set_defaults(handler=_run)
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from controller.simulator.command import SimulateRequest, run
+
+    return run(SimulateRequest(
+        scenario=args.scenario, policies=args.policy, keda=args.keda, static=args.static,
+        aws_target=args.aws_target, seed=args.seed, json=args.json, timeline=args.timeline, report=args.report,
+        list=args.list,
+    ))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queuescale",
@@ -133,6 +143,27 @@ def build_parser() -> argparse.ArgumentParser:
                        help="the replica count to decide from (default 0)")
     check.add_argument("--json", action="store_true", help="one JSON object per rule, one per line")
     check.set_defaults(handler=_check)
+
+    simulate = commands.add_parser(
+        "simulate", help="replay a queue workload against policies offline",
+        description="Run a scenario (built-in name or YAML file) against QueueScaler rules and baselines "
+        "(KEDA ScaledObject, static, AWS-style target tracking) on a virtual clock; compare cost and latency.",
+    )
+    simulate.add_argument("--scenario", metavar="NAME|FILE", help="a built-in scenario (see --list) or a file")
+    simulate.add_argument("--policy", action="append", default=[], metavar="RULE.yaml",
+                          help="QueueScaler rule file (repeatable; default: a rule sized from the scenario)")
+    simulate.add_argument("--keda", action="append", default=[], metavar="SCALEDOBJECT.yaml",
+                          help="a KEDA ScaledObject with azure-queue triggers to emulate (repeatable)")
+    simulate.add_argument("--static", action="append", default=[], type=int, metavar="N",
+                          help="a fixed replica count (repeatable)")
+    simulate.add_argument("--aws-target", action="append", default=[], type=float, metavar="N",
+                          help="AWS-style target tracking on backlog per instance (repeatable)")
+    simulate.add_argument("--seed", type=int, help="override the scenario's seed")
+    simulate.add_argument("--json", action="store_true", help="print metrics as JSON keyed by policy")
+    simulate.add_argument("--timeline", metavar="FILE.csv", help="write the timeline as CSV")
+    simulate.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
+    simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")
+    simulate.set_defaults(handler=_simulate)
     _add_run(commands)
     return parser
 

@@ -1,0 +1,179 @@
+"""The simulator's side of the operator's interfaces: a virtual clock, a source and a target on the simulated world.
+
+With these, the very `Reconciler` (and so `policy.decide`) the operator runs drives the simulated Deployment.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from controller.policy import SourceReading
+from controller.reconciler import Reconciler, TickResult
+from controller.simulator.world import PEEK_LIMIT, World
+from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec
+from controller.targets.base import ScaleState, TargetConflict
+
+
+class VirtualClock:
+    """The reconciler's `Clock`: seconds since the epoch, moved by the simulation, never by the wall clock."""
+
+    def __init__(self, start_epoch: float) -> None:
+        self.start_epoch = start_epoch
+        self.t = 0.0  # seconds since the start of the run
+
+    def now(self) -> float:
+        return self.start_epoch + self.t
+
+    async def sleep(self, seconds: float) -> None:
+        self.t += max(0.0, seconds)
+
+
+class SimulatedSource:
+    """The `Source` of a rule, reading the simulated queue the way Azure answers."""
+
+    def __init__(self, spec: SourceSpec, world: World) -> None:
+        self._spec = spec
+        self.world = world
+        # azure-queue's countStrategy "visible" peeks at most 32 messages, then falls back to the approximate count.
+        self.visible_only = getattr(spec, "count_strategy", "approximate") == "visible"
+
+    @property
+    def spec(self) -> SourceSpec:
+        return self._spec
+
+    async def poll(self, budget: float) -> SourceReading:  # noqa: ARG002  (answers at once)
+        world = self.world
+        if self.visible_only and world.visible_count < PEEK_LIMIT:
+            return SourceReading.of(world.visible_count)
+        return SourceReading.of(world.approximate_count)
+
+    async def aclose(self) -> None:
+        return None
+
+
+class SimulatedTarget:
+    """The `Target` of a rule: the simulated Deployment's scale subresource."""
+
+    def __init__(self, ref: ScaleTargetRef, world: World, clock: VirtualClock) -> None:
+        self._ref = ref
+        self.world = world
+        self.clock = clock
+
+    @property
+    def ref(self) -> ScaleTargetRef:
+        return self._ref
+
+    async def read(self) -> ScaleState:
+        world = self.world
+        version = str(len(world.tally.scale_actions))
+        return ScaleState(replicas=world.desired, ready_replicas=world.ready, version=version)
+
+    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
+        world = self.world
+        if read.replicas != world.desired:
+            raise TargetConflict()
+        world.set_desired(replicas, int(self.clock.t))
+        return await self.read()
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    """What one reconciler tick saw and chose."""
+
+    t: float
+    count: float | None
+    current: int
+    desired: int
+
+
+@dataclass
+class TickRecorder:
+    """The reconciler's `Reporter`: keeps each tick's count and decision."""
+
+    ticks: list[TickRecord] = field(default_factory=list)
+
+    async def report(self, result: TickResult) -> None:
+        decision = result.decision
+        if decision is not None:
+            self.ticks.append(TickRecord(result.time, decision.count, decision.current, decision.desired))
+
+
+class RuleError(Exception):
+    """A rule the simulator cannot run; the message names the rule and field."""
+
+
+class RuleAutoscaler:
+    """Our controller: the operator's Reconciler, ticking every `pollingInterval` of virtual time."""
+
+    def __init__(self, label: str, rule: QueueScaler, world: World, start_epoch: float) -> None:
+        if len(rule.spec.sources) != 1:
+            raise RuleError(
+                f"{rule.name}: spec.sources: the simulator models one queue; this rule has {len(rule.spec.sources)}"
+            )
+        self.label = label
+        self.clock = VirtualClock(start_epoch)
+        self.recorder = TickRecorder()
+        self.reconciler = Reconciler(
+            rule,
+            [SimulatedSource(rule.spec.sources[0], world)],
+            SimulatedTarget(rule.spec.scale_target_ref, world, self.clock),
+            self.clock,
+            reporter=self.recorder,
+        )
+        self.interval = rule.spec.polling_interval
+        self.next_at = 0.0
+
+    async def act(self, t: int) -> None:
+        self.clock.t = float(t)
+        await self.reconciler.tick()
+        self.next_at += self.interval
+        if self.next_at <= t:
+            self.next_at = t + self.interval
+
+
+class StaticAutoscaler:
+    """A fixed replica count, set once at the start."""
+
+    def __init__(self, label: str, replicas: int, world: World) -> None:
+        self.label = label
+        self.replicas = replicas
+        self.world = world
+        self.next_at = 0.0
+
+    async def act(self, t: int) -> None:
+        self.world.set_desired(self.replicas, t)
+        self.next_at = float("inf")
+
+
+class AwsTargetTracking:
+    """AWS-style target tracking on backlog per instance (visible messages / instances).
+
+    Every 60 s (CloudWatch's 1-minute metrics): scale out at once to ceil(visible / target); scale in only when
+    the last 15 proposals (target tracking's scale-in alarm wants 15 datapoints) are all below the current count,
+    and gradually: to the largest of them, but by at most 10 % (at least 1) per evaluation. Minimum 1.
+    """
+
+    EVALUATION = 60
+    SCALE_IN_POINTS = 15
+    SCALE_IN_STEP = 0.10
+
+    def __init__(self, label: str, target: float, world: World, max_replicas: int) -> None:
+        self.label = label
+        self.target = target
+        self.world = world
+        self.max_replicas = max_replicas
+        self.proposals: list[int] = []
+        self.next_at = 0.0
+
+    async def act(self, t: int) -> None:
+        world = self.world
+        proposal = max(1, min(self.max_replicas, math.ceil(world.visible_count / self.target)))
+        self.proposals = [*self.proposals[-(self.SCALE_IN_POINTS - 1):], proposal]
+        current = world.desired
+        if proposal > current or current == 0:
+            world.set_desired(max(proposal, 1), t)
+        elif len(self.proposals) >= self.SCALE_IN_POINTS and max(self.proposals) < current:
+            step = max(1, int(current * self.SCALE_IN_STEP))
+            world.set_desired(max(max(self.proposals), current - step), t)
+        self.next_at = t + self.EVALUATION

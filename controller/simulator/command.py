@@ -1,0 +1,222 @@
+"""`queuescale simulate`: load the scenario and the policies, run them, print or write the results."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from controller.simulator.adapters import AwsTargetTracking, RuleAutoscaler, RuleError, StaticAutoscaler
+from controller.simulator.keda import KedaAutoscaler, ScaledObject, ScaledObjectError, load_scaled_objects
+from controller.simulator.report import format_table, write_html, write_timeline
+from controller.simulator.run import Contender, RunResult, simulate
+from controller.simulator.scenario import Scenario, ScenarioError, library, load_scenario
+from controller.simulator.world import World
+from controller.spec import QueueScaler, SpecError, parse_queuescaler
+
+DEFAULT_RULE_NAME = "queuescale-default"
+
+
+@dataclass
+class SimulateRequest:
+    """The command's inputs, as parsed from the command line."""
+
+    scenario: str | None = None
+    policies: list[str] = field(default_factory=list)
+    keda: list[str] = field(default_factory=list)
+    static: list[int] = field(default_factory=list)
+    aws_target: list[float] = field(default_factory=list)
+    seed: int | None = None
+    json: bool = False
+    timeline: str | None = None
+    report: str | None = None
+    list: bool = False
+
+
+class InputError(Exception):
+    """Bad input: each line names the file and the field."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+def default_rule(scenario: Scenario) -> QueueScaler:
+    """The rule used when none is given: our defaults, sized from the scenario.
+
+    targetPerReplica is the backlog one replica clears in half the SLO (concurrency * SLO / 2 / mean service
+    time), and lookahead is the pods' start-up delay, so the count is projected to when new pods can help.
+    Scale-down is gentle (5-minute window, at most 20 % a minute): with the count including in-flight messages,
+    a count-based rule otherwise cycles between too few and too many replicas under steady load.
+    """
+    workers = scenario.workers
+    target = max(1.0, workers.concurrency * scenario.slo_wait / 2 / workers.service_time.average)
+    doc = {
+        "apiVersion": "queuescale.io/v1alpha1",
+        "kind": "QueueScaler",
+        "metadata": {"name": DEFAULT_RULE_NAME},
+        "spec": {
+            "scaleTargetRef": {"name": "worker"},
+            "minReplicas": 0,
+            "maxReplicas": workers.max_replicas,
+            "pollingInterval": 10,
+            "sources": [{"type": "azure-queue", "queueName": "simulated",
+                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
+            "policy": {
+                "targetPerReplica": round(target, 2),
+                "lookahead": workers.startup_delay,
+                "scaleDown": {"stabilizationWindow": "5m", "policies": [{"type": "Percent", "value": 20,
+                                                                         "period": "1m"}]},
+            },
+        },
+    }
+    return parse_queuescaler(doc)
+
+
+def load_rules(paths: Sequence[str]) -> list[QueueScaler]:
+    import controller.sources  # noqa: F401  (registers the queue kinds with the spec parser)
+    from controller.rulefiles import load_files
+
+    result = load_files(list(paths))
+    lines = list(result.error_lines())
+    for path in paths:
+        if not any(r.file == path for r in result.rules) and not any(p.file == path for p in result.problems):
+            lines.append(f"{path}: no QueueScaler in this file")
+    if lines:
+        raise InputError(lines)
+    return [r.rule for r in result.rules if r.rule is not None]
+
+
+def _unique(label: str, taken: set[str]) -> str:
+    candidate, n = label, 2
+    while candidate in taken:
+        candidate, n = f"{label}#{n}", n + 1
+    taken.add(candidate)
+    return candidate
+
+
+def contenders(
+    scenario: Scenario,
+    rules: Sequence[QueueScaler],
+    scaled_objects: Sequence[ScaledObject],
+    static: Sequence[int],
+    aws_targets: Sequence[float],
+) -> list[Contender]:
+    """Our rules first, then the baselines, each with a unique label."""
+    taken: set[str] = set()
+    found: list[Contender] = []
+    for rule in rules:
+        if len(rule.spec.sources) != 1:
+            raise InputError([f"{rule.name}: spec.sources: the simulator models one queue; "
+                              f"this rule has {len(rule.spec.sources)}"])
+        label = _unique(rule.name, taken)
+
+        def build_rule(world: World, rule: QueueScaler = rule, label: str = label) -> RuleAutoscaler:
+            return RuleAutoscaler(label, rule, world, scenario.start_epoch)
+
+        found.append(Contender(label, build_rule))
+    for scaled in scaled_objects:
+        label = _unique(f"keda:{scaled.name}", taken)
+
+        def build_keda(world: World, scaled: ScaledObject = scaled, label: str = label) -> KedaAutoscaler:
+            return KedaAutoscaler(label, scaled, world)
+
+        found.append(Contender(label, build_keda))
+    for replicas in static:
+        label = _unique(f"static-{replicas}", taken)
+
+        def build_static(world: World, replicas: int = replicas, label: str = label) -> StaticAutoscaler:
+            return StaticAutoscaler(label, replicas, world)
+
+        found.append(Contender(label, build_static, initial_replicas=replicas))
+    for target in aws_targets:
+        label = _unique(f"aws-target-{target:g}", taken)
+
+        def build_aws(world: World, target: float = target, label: str = label) -> AwsTargetTracking:
+            return AwsTargetTracking(label, target, world, scenario.workers.max_replicas)
+
+        found.append(Contender(label, build_aws))
+    return found
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.shown = -1
+
+    def __call__(self, fraction: float) -> None:
+        percent = int(fraction * 100)
+        if percent == self.shown:
+            return
+        self.shown = percent
+        filled = percent * 30 // 100
+        end = "\n" if percent >= 100 else ""
+        self.stream.write(f"\rsimulating [{'#' * filled}{' ' * (30 - filled)}] {percent:3d}%{end}")
+        self.stream.flush()
+
+
+def list_scenarios() -> str:
+    scenarios = library()
+    width = max(len(name) for name in scenarios)
+    return "\n".join(f"{name:<{width}}  {s.description}" for name, s in scenarios.items())
+
+
+def run(request: SimulateRequest, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    """The whole command; returns the exit code. Bad input is reported line by line, exit 1."""
+    if request.list:
+        print(list_scenarios(), file=out)
+        return 0
+    if request.scenario is None:
+        print("simulate: give --scenario NAME|FILE (see --list for the built-in ones)", file=err)
+        return 1
+    try:
+        results, scenario = _run(request, err)
+    except (InputError, ScenarioError, ScaledObjectError) as exc:
+        for line in exc.lines:
+            print(line, file=err)
+        return 1
+    except (SpecError, RuleError) as exc:
+        print(str(exc), file=err)
+        return 1
+    if request.json:
+        json.dump({r.label: r.metrics.to_json() for r in results}, out, indent=2)
+        out.write("\n")
+    else:
+        print(format_table(scenario, results), file=out)
+    try:
+        if request.timeline:
+            write_timeline(Path(request.timeline), results)
+        if request.report:
+            write_html(Path(request.report), scenario, results)
+    except OSError as exc:
+        print(f"cannot write {exc.filename}: {exc.strerror}", file=err)
+        return 1
+    return 0
+
+
+def _run(request: SimulateRequest, err: TextIO) -> tuple[list[RunResult], Scenario]:
+    assert request.scenario is not None
+    scenario = load_scenario(request.scenario)
+    if request.seed is not None:
+        if request.seed < 0:
+            raise InputError([f"--seed: must be >= 0, got {request.seed}"])
+        from dataclasses import replace
+
+        scenario = replace(scenario, seed=request.seed)
+    for replicas in request.static:
+        if replicas < 0:
+            raise InputError([f"--static: must be >= 0 replicas, got {replicas}"])
+    for target in request.aws_target:
+        if not target > 0:
+            raise InputError([f"--aws-target: must be > 0 messages per instance, got {target:g}"])
+    rules = load_rules(request.policies) if request.policies else [default_rule(scenario)]
+    scaled_objects = [so for path in request.keda for so in load_scaled_objects(path)]
+    chosen = contenders(scenario, rules, scaled_objects, request.static, request.aws_target)
+    progress = ProgressBar(err) if err.isatty() and scenario.duration * len(chosen) >= 86400 else None
+    record = bool(request.timeline or request.report)
+    return simulate(scenario, chosen, record_timeline=record, progress=progress), scenario

@@ -1,0 +1,255 @@
+"""Running a scenario against each policy, and the metrics that compare them.
+
+One asyncio event loop runs the whole simulation; at each polling time of the virtual clock the policy's
+controller is awaited once (for our rules, `Reconciler.tick()`), and the world advances second by second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
+
+from controller.simulator.adapters import TickRecord
+from controller.simulator.scenario import ArrivalPlan, Burst, Scenario, plan_arrivals
+from controller.simulator.world import Sample, World
+
+MAX_SAMPLES = 4000
+
+
+class Autoscaler(Protocol):
+    """Anything that scales the simulated Deployment: our rules, and the baselines."""
+
+    label: str
+    next_at: float
+
+    async def act(self, t: int) -> None:
+        """Look at the world at second `t` and maybe scale it; set `next_at` to when to act again."""
+        ...
+
+
+@dataclass(frozen=True)
+class Contender:
+    """A policy to compare: its label and how to build its autoscaler on a fresh world."""
+
+    label: str
+    build: Callable[[World], Autoscaler]
+    initial_replicas: int | None = None  # None: the scenario's workers.initialReplicas
+
+
+@dataclass(frozen=True)
+class BurstReaction:
+    """For one burst: seconds from its start to the first scale-out and to enough capacity (None: never).
+
+    The first scale-out must come before the next burst starts (None when capacity was already there).
+
+    Enough capacity is `needed_replicas` ready: the replicas that process the burst's messages within the
+    longer of its spread and the SLO wait, at most workers.maxReplicas. It depends on the scenario, not the policy.
+    """
+
+    start: float
+    needed_replicas: int
+    first_scale_out: float | None
+    enough_capacity: float | None
+
+
+@dataclass(frozen=True)
+class Metrics:
+    worker_seconds: float
+    busy_worker_seconds: float
+    efficiency: float
+    wait_p50: float
+    wait_p95: float
+    wait_p99: float
+    wait_max: float
+    wait_mean: float
+    oldest_message_age_max: float
+    slo_violation_seconds: int
+    scale_actions: int
+    direction_reversals: int
+    duplicate_deliveries: int
+    expired_messages: int
+    messages_arrived: int
+    messages_processed: int
+    messages_remaining: int
+    peak_replicas: int
+    mean_replicas: float
+    burst_first_scale_out_mean: float | None
+    burst_enough_capacity_mean: float | None
+    bursts_short_of_capacity: int  # bursts during which the needed replicas were never ready
+    bursts: tuple[BurstReaction, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["bursts"] = [asdict(b) for b in self.bursts]
+        return data
+
+
+@dataclass
+class RunResult:
+    label: str
+    metrics: Metrics
+    timeline: list[Sample] = field(default_factory=list)
+    scale_actions: list[tuple[int, int, int]] = field(default_factory=list)
+    wait_histogram: dict[int, int] = field(default_factory=dict)
+    ticks: list[TickRecord] = field(default_factory=list)
+
+
+def needed_replicas(scenario: Scenario, burst: Burst) -> int:
+    """Replicas that process a burst within the longer of its spread and the SLO wait, capped at the maximum."""
+    workers = scenario.workers
+    work = burst.messages * workers.service_time.average / workers.concurrency
+    return max(1, min(workers.max_replicas, math.ceil(work / max(burst.spread, scenario.slo_wait, 1.0))))
+
+
+def percentile(histogram: dict[int, int], fraction: float) -> float:
+    """Nearest-rank percentile of a histogram of whole seconds; 0 when empty."""
+    total = sum(histogram.values())
+    if not total:
+        return 0.0
+    rank = max(1, math.ceil(fraction * total))
+    seen = 0
+    for value in sorted(histogram):
+        seen += histogram[value]
+        if seen >= rank:
+            return float(value)
+    return float(max(histogram))
+
+
+async def run_one(
+    scenario: Scenario,
+    plan: ArrivalPlan,
+    contender: Contender,
+    *,
+    record_timeline: bool = False,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Simulate one policy over the whole scenario."""
+    workers = scenario.workers
+    initial = workers.initial_replicas if contender.initial_replicas is None else contender.initial_replicas
+    world = World(
+        scenario.queue, workers, workers.service_time.table(), scenario.seed,
+        slo_wait=scenario.slo_wait, initial_replicas=initial,
+    )
+    autoscaler = contender.build(world)
+    steps = scenario.steps
+    streams = [(math.ceil(delay), counts) for delay, counts in plan.streams]
+    single = streams[0][1] if len(streams) == 1 and streams[0][0] == 0 else None
+    every = max(1, math.ceil(steps / MAX_SAMPLES)) if record_timeline else 0
+    timeline: list[Sample] = []
+    sampled_arrivals = 0
+    bursts = list(plan.burst_starts)
+    needed = {b.start: needed_replicas(scenario, b) for b in plan.bursts}
+    burst_index = 0
+    enough: dict[float, float] = {}
+    peak = world.desired
+    report_every = max(1, steps // 100)
+    put = world.put
+    step = world.step
+
+    for t in range(steps):
+        if t >= autoscaler.next_at:
+            await autoscaler.act(t)
+            if world.desired > peak:
+                peak = world.desired
+        if single is not None:
+            n = single[t]
+            if n:
+                put(t, n)
+        else:
+            n = 0
+            for delay, counts in streams:
+                if counts[t]:
+                    put(t, counts[t], delay)
+                    n += counts[t]
+        step(t)
+        if burst_index < len(bursts) and t >= bursts[burst_index]:
+            if world.ready >= needed[bursts[burst_index]]:
+                enough[bursts[burst_index]] = t - bursts[burst_index]
+                burst_index += 1
+            elif burst_index + 1 < len(bursts) and t >= bursts[burst_index + 1]:
+                burst_index += 1  # the next burst began before this one was absorbed
+        if every:
+            sampled_arrivals += n
+            if (t + 1) % every == 0 or t == steps - 1:  # arrivals since the previous row, through t
+                timeline.append(world.sample(t, sampled_arrivals))
+                sampled_arrivals = 0
+        if progress is not None and t % report_every == 0:
+            progress(t)
+
+    tally = world.tally
+    reactions = []
+    starts = plan.burst_starts
+    for index, start in enumerate(starts):
+        # A scale-out after the next burst began answers that burst, not this one.
+        until = starts[index + 1] if index + 1 < len(starts) else math.inf
+        first_out = next((a for a, b, c in tally.scale_actions if start <= a < until and c > b), None)
+        reactions.append(BurstReaction(
+            start=start,
+            needed_replicas=needed[start],
+            first_scale_out=None if first_out is None else first_out - start,
+            enough_capacity=enough.get(start),
+        ))
+    outs = [r.first_scale_out for r in reactions if r.first_scale_out is not None]
+    caps = [r.enough_capacity for r in reactions if r.enough_capacity is not None]
+    histogram = tally.wait_histogram
+    delivered = sum(histogram.values())
+    busy = tally.busy_slot_seconds / workers.concurrency
+    metrics = Metrics(
+        worker_seconds=float(tally.worker_seconds),
+        busy_worker_seconds=round(busy, 3),
+        efficiency=round(busy / tally.worker_seconds, 4) if tally.worker_seconds else 0.0,
+        wait_p50=percentile(histogram, 0.50),
+        wait_p95=percentile(histogram, 0.95),
+        wait_p99=percentile(histogram, 0.99),
+        wait_max=float(max(histogram, default=0)),
+        wait_mean=round(sum(w * c for w, c in histogram.items()) / delivered, 3) if delivered else 0.0,
+        oldest_message_age_max=float(tally.oldest_age_max),
+        slo_violation_seconds=tally.slo_violation_seconds,
+        scale_actions=len(tally.scale_actions),
+        direction_reversals=world.reversals,
+        duplicate_deliveries=tally.duplicates,
+        expired_messages=tally.expired,
+        messages_arrived=tally.arrived,
+        messages_processed=tally.processed,
+        messages_remaining=world.remaining,
+        peak_replicas=max(peak, max((c for _, _, c in tally.scale_actions), default=0)),
+        mean_replicas=round(tally.worker_seconds / steps, 3),
+        burst_first_scale_out_mean=round(sum(outs) / len(outs), 1) if outs else None,
+        burst_enough_capacity_mean=round(sum(caps) / len(caps), 1) if caps else None,
+        bursts_short_of_capacity=sum(1 for r in reactions if r.enough_capacity is None),
+        bursts=tuple(reactions),
+    )
+    ticks: list[TickRecord] = list(getattr(getattr(autoscaler, "recorder", None), "ticks", []))
+    return RunResult(
+        label=contender.label, metrics=metrics, timeline=timeline, scale_actions=list(tally.scale_actions),
+        wait_histogram=dict(histogram), ticks=ticks,
+    )
+
+
+def simulate(
+    scenario: Scenario,
+    contenders: Sequence[Contender],
+    *,
+    record_timeline: bool = False,
+    progress: Callable[[float], None] | None = None,
+) -> list[RunResult]:
+    """Every contender on the same arrivals (one plan, one seed), in one event loop."""
+    plan = plan_arrivals(scenario)
+
+    async def run_all() -> list[RunResult]:
+        results = []
+        for index, contender in enumerate(contenders):
+            report: Callable[[int], None] | None = None
+            if progress is not None:
+                def report(t: int, index: int = index) -> None:
+                    progress((index + t / scenario.steps) / len(contenders))
+            results.append(await run_one(scenario, plan, contender, record_timeline=record_timeline,
+                                         progress=report))
+        if progress is not None:
+            progress(1.0)
+        return results
+
+    return asyncio.run(run_all())

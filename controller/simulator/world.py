@@ -1,0 +1,443 @@
+"""The simulated world: one Azure Storage queue and the worker Deployment that consumes it, in 1-second steps.
+
+Messages travel in cohorts (all the messages that share an enqueue second and a delivery count), so a step costs
+the same for 1 message or 10,000. Azure semantics kept:
+
+- the approximate count includes invisible messages: delayed ones, and dequeued ones being processed;
+- a dequeued message is invisible for the visibility timeout; a message whose processing outlasts it reappears
+  and is delivered again (the first worker's delete then fails), and so does one whose worker was killed;
+- a message expires `ttl` after it was put, unless it is being processed;
+- every delivery after the first is a duplicate (dequeue count > 1).
+
+Service times come from a table of equally likely values; a step dequeues at most `GROUPS` groups of messages,
+each group sharing one drawn service time from its own stratum of the distribution. A service time s is rounded
+to whole steps at random (up with probability frac(s)), so a slot with 0.3-second messages completes 1/0.3 of them
+per second on average, and the mean is kept exactly.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field
+
+from controller.simulator.scenario import QueueParams, Workers
+
+GROUPS = 4
+PEEK_LIMIT = 32  # Azure's Peek Messages returns at most 32: a visible-only count is exact only below it
+
+PENDING = 0
+VISIBLE = 1
+
+
+class Cohort:
+    """Messages put in the same second with the same delivery count; `count` is how many are still queued."""
+
+    __slots__ = ("count", "deliveries", "enqueued", "expires", "state")
+
+    def __init__(self, enqueued: int, count: int, deliveries: int, expires: float, state: int) -> None:
+        self.enqueued = enqueued
+        self.count = count
+        self.deliveries = deliveries
+        self.expires = expires
+        self.state = state
+
+
+# An in-flight group: [count, dequeued_at, enqueued, delivery number, deletes on completion]
+InFlight = list[int]
+
+
+@dataclass
+class DrainGroup:
+    """Pods removed gracefully: they take no new messages and stop when theirs are done or their grace ends."""
+
+    pods: int
+    deadline: int
+    buckets: dict[int, list[InFlight]]
+    count: int
+
+
+@dataclass
+class Sample:
+    """One row of the timeline."""
+
+    t: int
+    arrivals: int
+    visible: int
+    approximate_count: int
+    in_flight: int
+    desired: int
+    ready_replicas: int
+
+
+@dataclass
+class Tally:
+    """Running totals for the metrics."""
+
+    arrived: int = 0
+    processed: int = 0
+    expired: int = 0
+    duplicates: int = 0
+    worker_seconds: float = 0.0
+    busy_slot_seconds: float = 0.0
+    slo_violation_seconds: int = 0
+    oldest_age_max: int = 0
+    wait_histogram: dict[int, int] = field(default_factory=dict)
+    scale_actions: list[tuple[int, int, int]] = field(default_factory=list)  # (t, from, to)
+
+
+class World:
+    """The queue and the Deployment. Controllers read counts and set `desired`; `step(t)` advances one second."""
+
+    def __init__(
+        self,
+        queue: QueueParams,
+        workers: Workers,
+        service_table: list[float],
+        seed: int,
+        *,
+        slo_wait: float = math.inf,
+        initial_replicas: int = 0,
+    ) -> None:
+        self.queue = queue
+        self.workers = workers
+        self.visibility_timeout = math.ceil(queue.visibility_timeout)
+        self.ttl = queue.ttl
+        self.table = service_table
+        self.table_size = len(service_table)
+        self.table_whole = [int(s) for s in service_table]
+        self.table_fraction = [s - int(s) for s in service_table]
+        self.rng = random.Random(seed * 7919 + 17)
+        self.slo_wait = slo_wait
+
+        self.visible: deque[Cohort] = deque()
+        self.visible_count = 0
+        self.pending: list[tuple[int, int, Cohort]] = []  # (visible at, sequence, cohort)
+        self.pending_count = 0
+        self.sequence = 0
+        self.expiring: deque[Cohort] = deque()  # arrivals, in enqueue order (so in expiry order)
+        self.expiring_late: list[tuple[float, int, Cohort]] = []  # redeliveries, by expiry
+
+        self.in_flight: dict[int, list[InFlight]] = {}  # completion step -> groups
+        self.in_flight_active = 0  # messages held by ready pods
+        self.in_flight_counted = 0  # in-flight messages still in the queue (counted by Azure)
+        self.drains: list[DrainGroup] = []
+
+        self.desired = initial_replicas
+        self.ready = initial_replicas
+        self.starting: deque[list[int]] = deque()  # [ready at, pods], oldest first
+        self.starting_count = 0
+        self.tally = Tally()
+        self.last_direction = 0
+        self.reversals = 0
+
+    # ----------------------------------------------------------------------------------------------------------
+    # What a controller sees
+
+    @property
+    def approximate_count(self) -> int:
+        """Azure's x-ms-approximate-messages-count: visible, delayed and in-flight messages."""
+        return self.visible_count + self.pending_count + self.in_flight_counted
+
+    @property
+    def in_flight_count(self) -> int:
+        return self.in_flight_counted
+
+    @property
+    def draining_pods(self) -> int:
+        conc = self.workers.concurrency
+        return sum(min(g.pods, -(-g.count // conc)) for g in self.drains)
+
+    @property
+    def pods(self) -> int:
+        """Pods that exist (and cost): starting, ready, and draining."""
+        return self.ready + self.starting_count + self.draining_pods
+
+    def set_desired(self, replicas: int, t: int) -> None:
+        """Scale the Deployment: new pods start now; removed pods are the not-ready ones first, then ready ones."""
+        replicas = max(0, replicas)
+        before = self.desired
+        if replicas == before:
+            return
+        direction = 1 if replicas > before else -1
+        if self.last_direction and direction != self.last_direction:
+            self.reversals += 1
+        self.last_direction = direction
+        self.tally.scale_actions.append((t, before, replicas))
+        self.desired = replicas
+        if replicas > before:
+            self.starting.append([t + math.ceil(self.workers.startup_delay), replicas - before])
+            self.starting_count += replicas - before
+            return
+        remove = before - replicas
+        while remove and self.starting:
+            newest = self.starting[-1]
+            taken = min(remove, newest[1])
+            newest[1] -= taken
+            self.starting_count -= taken
+            remove -= taken
+            if newest[1] == 0:
+                self.starting.pop()
+        if remove:
+            self._remove_ready(remove, t)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Scale-in
+
+    def _take_share(self, pods: int) -> dict[int, list[InFlight]]:
+        """Take the in-flight messages of `pods` of the ready pods (work is spread evenly over pods)."""
+        fraction = pods / self.ready
+        taken: dict[int, list[InFlight]] = {}
+        carry = 0.0
+        for step in sorted(self.in_flight):
+            for group in self.in_flight[step]:
+                exact = group[0] * fraction + carry
+                n = int(exact + 1e-9)
+                carry = exact - n
+                if n:
+                    group[0] -= n
+                    taken.setdefault(step, []).append([n, group[1], group[2], group[3], group[4]])
+        for step in [s for s, groups in self.in_flight.items() if all(g[0] == 0 for g in groups)]:
+            del self.in_flight[step]
+        moved = sum(g[0] for groups in taken.values() for g in groups)
+        self.in_flight_active -= moved
+        return taken
+
+    def _remove_ready(self, pods: int, t: int) -> None:
+        pods = min(pods, self.ready)
+        if pods <= 0:
+            return
+        share = self._take_share(pods)
+        self.ready -= pods
+        if self.workers.scale_in == "kill":
+            self._kill(share, t)
+        elif share:
+            grace = math.ceil(self.workers.termination_grace_period)
+            count = sum(g[0] for groups in share.values() for g in groups)
+            self.drains.append(DrainGroup(pods=pods, deadline=t + grace, buckets=share, count=count))
+
+    def _kill(self, buckets: dict[int, list[InFlight]], t: int) -> None:
+        """Killed work is lost; the messages reappear when their visibility timeout ends, and are delivered again."""
+        for step, groups in buckets.items():
+            for n, dequeued, enqueued, delivery, deletes in groups:
+                self.tally.busy_slot_seconds -= n * max(0, step - t)
+                if not deletes:
+                    continue  # a copy is already queued: its visibility ran out during processing
+                self.in_flight_counted -= n
+                self._requeue(enqueued, n, delivery, max(t, dequeued + self.visibility_timeout))
+
+    def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int) -> None:
+        expires = enqueued + self.ttl if self.ttl is not None else math.inf
+        cohort = Cohort(enqueued, n, deliveries, expires, PENDING)
+        self.sequence += 1
+        heapq.heappush(self.pending, (visible_at, self.sequence, cohort))
+        self.pending_count += n
+        if self.ttl is not None:
+            heapq.heappush(self.expiring_late, (expires, self.sequence, cohort))
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Arrivals
+
+    def put(self, t: int, n: int, delay: int = 0) -> None:
+        """`n` messages put at `t`, invisible for `delay` seconds."""
+        self.tally.arrived += n
+        expires = t + self.ttl if self.ttl is not None else math.inf
+        if delay > 0:
+            cohort = Cohort(t, n, 0, expires, PENDING)
+            self.sequence += 1
+            heapq.heappush(self.pending, (t + delay, self.sequence, cohort))
+            self.pending_count += n
+            if self.ttl is not None:
+                heapq.heappush(self.expiring_late, (expires, self.sequence, cohort))
+            return
+        cohort = Cohort(t, n, 0, expires, VISIBLE)
+        self.visible.append(cohort)
+        self.visible_count += n
+        if self.ttl is not None:
+            self.expiring.append(cohort)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # One second
+
+    def step(self, t: int) -> None:
+        """Advance from t to t+1: completions, pods becoming ready, messages reappearing or expiring, dequeues."""
+        tally = self.tally
+        done = self.in_flight.pop(t, None)
+        if done is not None:
+            for group in done:
+                n = group[0]
+                self.in_flight_active -= n
+                if group[4]:
+                    tally.processed += n
+                    self.in_flight_counted -= n
+        if self.drains:
+            self._step_drains(t)
+        starting = self.starting
+        while starting and starting[0][0] <= t:
+            pods = starting.popleft()[1]
+            self.ready += pods
+            self.starting_count -= pods
+        pending = self.pending
+        while pending and pending[0][0] <= t:
+            cohort = heapq.heappop(pending)[2]
+            if cohort.count:
+                self.pending_count -= cohort.count
+                cohort.state = VISIBLE
+                self.visible.append(cohort)
+                self.visible_count += cohort.count
+        if self.ttl is not None:
+            self._expire(t)
+
+        free = self.ready * self.workers.concurrency - self.in_flight_active
+        if free > 0 and self.visible_count:
+            self._dequeue(t, free)
+
+        tally.worker_seconds += self.ready + self.starting_count + (self.draining_pods if self.drains else 0)
+        if self.visible_count:
+            visible = self.visible
+            while not visible[0].count:
+                visible.popleft()
+            age = t - visible[0].enqueued
+            if age > tally.oldest_age_max:
+                tally.oldest_age_max = age
+            if age > self.slo_wait:
+                tally.slo_violation_seconds += 1
+
+    def _expire(self, t: int) -> None:
+        expiring = self.expiring
+        while expiring and (not expiring[0].count or expiring[0].expires <= t):
+            self._drop(expiring.popleft())
+        late = self.expiring_late
+        while late and late[0][0] <= t:
+            self._drop(heapq.heappop(late)[2])
+
+    def _drop(self, cohort: Cohort) -> None:
+        n = cohort.count
+        if not n:
+            return
+        cohort.count = 0
+        self.tally.expired += n
+        if cohort.state == VISIBLE:
+            self.visible_count -= n
+        else:
+            self.pending_count -= n
+
+    def _dequeue(self, t: int, free: int) -> None:
+        tally = self.tally
+        visible = self.visible
+        rng_random = self.rng.random
+        table = self.table
+        whole = self.table_whole
+        fraction = self.table_fraction
+        size = self.table_size
+        vt = self.visibility_timeout
+        histogram = tally.wait_histogram
+        buckets = self.in_flight
+        visible_count = self.visible_count
+        counted = active = processed = 0
+        busy = 0.0
+        while free > 0 and visible_count:
+            n = free if free < visible_count else visible_count
+            visible_count -= n
+            left = n
+            while not visible[0].count:
+                visible.popleft()
+            head = visible[0]
+            enqueued, delivery = head.enqueued, head.deliveries + 1
+            while left:
+                cohort = visible[0]
+                k = cohort.count
+                if k > left:
+                    k = left
+                cohort.count -= k
+                left -= k
+                wait = t - cohort.enqueued
+                histogram[wait] = histogram.get(wait, 0) + k
+                if cohort.deliveries:
+                    tally.duplicates += k
+                if not cohort.count:
+                    visible.popleft()
+                    while left and not visible[0].count:
+                        visible.popleft()
+            groups = n if n < GROUPS else GROUPS
+            share, extra = divmod(n, groups)
+            scale = size / groups
+            # The strata that get one message more rotate, or short service times would be favoured.
+            offset = int(rng_random() * groups) if extra else 0
+            immediate = 0
+            by_steps: dict[int, int] = {}
+            for i in range(groups):
+                m = share + 1 if extra and (i - offset) % groups < extra else share
+                # One uniform picks the table cell within stratum i; its remainder within the cell (uniform and
+                # independent of the cell) rounds the service time up or down to whole steps.
+                x = (i + rng_random()) * scale
+                index = int(x)
+                s = table[index]
+                busy += m * s
+                steps = whole[index]
+                if x - index < fraction[index]:
+                    steps += 1
+                if steps == 0:
+                    immediate += m
+                elif s > vt:
+                    # Processing outlasts the visibility timeout: the message reappears meanwhile and is
+                    # delivered again; this delivery's delete will fail.
+                    self._requeue(enqueued, m, delivery, t + vt)
+                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, 0])
+                else:
+                    by_steps[steps] = by_steps.get(steps, 0) + m
+            for steps, m in by_steps.items():
+                counted += m
+                entry = [m, t, enqueued, delivery, 1]
+                bucket = buckets.get(t + steps)
+                if bucket is None:
+                    buckets[t + steps] = [entry]
+                else:
+                    bucket.append(entry)
+            active += n - immediate
+            processed += immediate
+            free -= n - immediate
+        self.visible_count = visible_count
+        self.in_flight_counted += counted
+        self.in_flight_active += active
+        tally.busy_slot_seconds += busy
+        tally.processed += processed
+
+    def _add_in_flight(self, step: int, entry: InFlight) -> None:
+        bucket = self.in_flight.get(step)
+        if bucket is None:
+            self.in_flight[step] = [entry]
+        else:
+            bucket.append(entry)
+
+    def _step_drains(self, t: int) -> None:
+        for group in list(self.drains):
+            done = group.buckets.pop(t, None)
+            if done is not None:
+                for entry in done:
+                    group.count -= entry[0]
+                    if entry[4]:
+                        self.tally.processed += entry[0]
+                        self.in_flight_counted -= entry[0]
+            if group.count and t >= group.deadline:
+                self._kill(group.buckets, t)
+                group.buckets = {}
+                group.count = 0
+            if not group.count:
+                self.drains.remove(group)
+
+    # ----------------------------------------------------------------------------------------------------------
+
+    @property
+    def remaining(self) -> int:
+        """Messages still in the queue at the end (visible, delayed or in flight)."""
+        return self.approximate_count
+
+    def sample(self, t: int, arrivals: int) -> Sample:
+        draining = sum(g.count for g in self.drains)
+        return Sample(
+            t=t, arrivals=arrivals, visible=self.visible_count, approximate_count=self.approximate_count,
+            in_flight=self.in_flight_active + draining, desired=self.desired, ready_replicas=self.ready,
+        )

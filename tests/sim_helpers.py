@@ -1,0 +1,41 @@
+"""Small builders shared by the simulator tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.simulator.run import Contender, RunResult, simulate
+from controller.simulator.scenario import Scenario, parse_scenario
+from controller.simulator.world import World
+
+
+def scenario(**overrides: Any) -> Scenario:
+    """A small scenario; `overrides` replace top-level fields (workers, queue and arrivals whole)."""
+    raw: dict[str, Any] = {
+        "duration": 600,
+        "seed": 1,
+        "slo": {"waitSeconds": 30},
+        "queue": {"visibilityTimeout": 60},
+        "workers": {"startupDelay": 10, "serviceTime": 2, "concurrency": 1, "maxReplicas": 50},
+        "arrivals": [{"type": "poisson", "rate": 2}],
+    }
+    raw.update(overrides)
+    return parse_scenario(raw)
+
+
+class ScaleAt:
+    """An autoscaler that sets given replica counts at given seconds."""
+
+    def __init__(self, world: World, plan: dict[int, int], label: str = "scripted") -> None:
+        self.world = world
+        self.plan = dict(plan)
+        self.label = label
+        self.next_at = float(min(self.plan)) if self.plan else float("inf")
+
+    async def act(self, t: int) -> None:
+        self.world.set_desired(self.plan.pop(t), t)
+        self.next_at = float(min(self.plan)) if self.plan else float("inf")
+
+
+def run_scripted(sc: Scenario, plan: dict[int, int], **kwargs: Any) -> RunResult:
+    return simulate(sc, [Contender("scripted", lambda w: ScaleAt(w, plan), **kwargs)])[0]

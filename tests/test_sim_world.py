@@ -1,0 +1,166 @@
+"""The simulated queue and Deployment: Azure semantics, conservation, duplicates, determinism."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.simulator.adapters import StaticAutoscaler
+from controller.simulator.run import Contender, simulate
+from controller.simulator.scenario import QueueParams, ServiceTime, Workers
+from controller.simulator.world import World
+from tests.sim_helpers import run_scripted, scenario
+
+
+def _conserved(metrics: object) -> bool:
+    m = metrics.__dict__
+    return bool(m["messages_arrived"] == m["messages_processed"] + m["expired_messages"] + m["messages_remaining"])
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("scale_in", ["kill", "drain"])
+def test_every_arrival_ends_processed_expired_or_queued(seed: int, scale_in: str) -> None:
+    sc = scenario(
+        seed=seed,
+        duration=1800,
+        queue={"visibilityTimeout": 20, "ttl": 300},
+        workers={"startupDelay": 15, "concurrency": 3, "scaleIn": scale_in, "terminationGracePeriod": 10,
+                 "serviceTime": {"distribution": "lognormal", "mean": 8, "stddev": 10}},
+        arrivals=[
+            {"type": "poisson", "rate": 3},
+            {"type": "burst", "at": [200, 900], "messages": 800, "over": 30},
+            {"type": "constant", "rate": 0.5, "delay": 45},
+        ],
+    )
+    # Flapping between 1 and 12 replicas kills or drains work over and over.
+    plan = {t: (12 if (t // 60) % 2 else 1) for t in range(0, 1800, 60)}
+    result = run_scripted(sc, plan)
+    m = result.metrics
+    assert m.messages_arrived > 3000
+    assert m.expired_messages > 0  # the 5-minute TTL bites while 1 replica holds the fort
+    assert _conserved(m), m
+
+
+def test_same_seed_same_run_and_another_seed_another_run() -> None:
+    sc = scenario(duration=900)
+    first = simulate(sc, [Contender("static", lambda w: StaticAutoscaler("static", 3, w))], record_timeline=True)[0]
+    again = simulate(sc, [Contender("static", lambda w: StaticAutoscaler("static", 3, w))], record_timeline=True)[0]
+    other = simulate(scenario(duration=900, seed=2),
+                     [Contender("static", lambda w: StaticAutoscaler("static", 3, w))], record_timeline=True)[0]
+    assert first.metrics == again.metrics
+    assert first.timeline == again.timeline
+    assert first.metrics.messages_arrived != other.metrics.messages_arrived
+
+
+def _burst_then_scale_in(scale_in: str) -> dict[str, int]:
+    sc = scenario(
+        duration=600,
+        queue={"visibilityTimeout": 120},
+        workers={"startupDelay": 0, "serviceTime": 60, "concurrency": 1, "scaleIn": scale_in,
+                 "terminationGracePeriod": 600, "initialReplicas": 10},
+        arrivals=[{"type": "burst", "at": 0, "messages": 10, "over": 1}],
+    )
+    m = run_scripted(sc, {30: 2}).metrics
+    return {"duplicates": m.duplicate_deliveries, "processed": m.messages_processed,
+            "remaining": m.messages_remaining}
+
+
+def test_scale_in_that_kills_busy_pods_delivers_their_messages_again() -> None:
+    outcome = _burst_then_scale_in("kill")
+    # 10 messages on 10 pods; 8 pods killed mid-message: 8 messages reappear after the visibility timeout.
+    assert outcome == {"duplicates": 8, "processed": 10, "remaining": 0}
+
+
+def test_graceful_drain_delivers_each_message_once() -> None:
+    assert _burst_then_scale_in("drain") == {"duplicates": 0, "processed": 10, "remaining": 0}
+
+
+def test_drain_past_the_grace_period_kills_what_is_left() -> None:
+    sc = scenario(
+        duration=600,
+        queue={"visibilityTimeout": 120},
+        workers={"startupDelay": 0, "serviceTime": 60, "scaleIn": "drain", "terminationGracePeriod": 10,
+                 "initialReplicas": 10},
+        arrivals=[{"type": "burst", "at": 0, "messages": 10, "over": 1}],
+    )
+    m = run_scripted(sc, {30: 2}).metrics
+    assert m.duplicate_deliveries == 8
+    assert m.messages_processed == 10
+
+
+def _world(**queue: float | None) -> World:
+    workers = Workers(startup_delay=5, service_time=ServiceTime("constant", 100.0), concurrency=1)
+    params = QueueParams(**queue)  # type: ignore[arg-type]
+    return World(params, workers, workers.service_time.table(16), seed=1)
+
+
+def test_approximate_count_includes_delayed_and_in_flight_messages() -> None:
+    world = _world(visibility_timeout=300)
+    world.set_desired(2, 0)
+    world.put(0, 5)
+    world.put(0, 3, delay=50)
+    for t in range(10):
+        world.step(t)
+    assert world.visible_count == 3  # 2 taken by the 2 pods ready at t=5
+    assert world.in_flight_count == 2
+    assert world.approximate_count == 8
+
+
+def test_processing_longer_than_the_visibility_timeout_delivers_twice() -> None:
+    world = _world(visibility_timeout=30)
+    world.set_desired(1, 0)
+    world.put(0, 1)
+    for t in range(40):
+        world.step(t)
+    # Taken at t=5 and visible again at t=35 while its only pod still works on it.
+    assert world.visible_count == 1
+    world.set_desired(2, 40)
+    for t in range(40, 60):
+        world.step(t)
+    assert world.tally.duplicates == 1
+
+
+def test_messages_expire_after_their_time_to_live() -> None:
+    world = _world(visibility_timeout=30, ttl=60)
+    world.put(0, 7)
+    for t in range(61):
+        world.step(t)
+    assert world.tally.expired == 7
+    assert world.approximate_count == 0
+
+
+def test_pods_take_no_work_before_they_are_ready() -> None:
+    world = _world(visibility_timeout=300)
+    world.put(0, 4)
+    world.set_desired(4, 0)
+    for t in range(5):
+        world.step(t)
+        assert world.visible_count == 4
+    world.step(5)
+    assert world.visible_count == 0
+
+
+def test_short_messages_are_processed_many_per_second_per_slot() -> None:
+    sc = scenario(duration=300, workers={"startupDelay": 0, "serviceTime": 0.25, "initialReplicas": 1},
+                  arrivals=[{"type": "constant", "rate": 3}])
+    m = run_scripted(sc, {}).metrics
+    # One slot at 0.25 s per message keeps up with 3 messages per second.
+    assert m.messages_remaining <= 6
+    assert m.busy_worker_seconds == pytest.approx(900 * 0.25, rel=0.02)
+
+
+def test_burst_reaction_times_are_measured_from_the_burst_start() -> None:
+    sc = scenario(
+        duration=300,
+        slo={"waitSeconds": 30},
+        workers={"startupDelay": 20, "serviceTime": 3, "concurrency": 1, "maxReplicas": 50},
+        arrivals=[{"type": "burst", "at": 30, "messages": 100, "over": 10}],
+    )
+    m = run_scripted(sc, {40: 10}).metrics
+    # 100 messages * 3 s within max(10 s spread, 30 s SLO) need 10 replicas; asked at 40, ready at 60.
+    assert m.bursts[0].needed_replicas == 10
+    assert m.bursts[0].first_scale_out == 10
+    assert m.bursts[0].enough_capacity == 30
+    assert m.bursts_short_of_capacity == 0
+    short = run_scripted(sc, {40: 9}).metrics
+    assert short.bursts[0].enough_capacity is None
+    assert short.bursts_short_of_capacity == 1
