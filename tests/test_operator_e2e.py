@@ -31,8 +31,11 @@ ROOT = Path(__file__).resolve().parent.parent
 NS = "shop"
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, every: float = 0.1) -> Any:
-    """Poll `check` until it returns something truthy; fail with `what` after `timeout` seconds."""
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float = 20.0, every: float = 0.1,
+    describe: Callable[[], str] | None = None,
+) -> Any:
+    """Poll `check` until it returns something truthy; fail with `what` (and `describe()`) after `timeout` s."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -40,7 +43,8 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 20.0, every: 
         if last:
             return last
         time.sleep(every)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last: {last!r})")
+    seen = describe() if describe else repr(last)
+    pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last: {seen})")
 
 
 class Operator:
@@ -195,7 +199,9 @@ def setup_rule(api: kube_client.ApiClient, azurite: Azurite, name: str, messages
 def test_burst_scales_up_then_drains_to_zero_and_everything_tells_the_same_story(
     azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
 ) -> None:
-    queue = setup_rule(api, azurite, "orders", messages=0)
+    # Tolerance 0: a poll may land mid-burst, and the last count must decide exactly.
+    queue = setup_rule(api, azurite, "orders", messages=0, policy={
+        "targetPerReplica": 10, "tolerance": 0, "scaleDown": {"stabilizationWindow": 0}, "scaleToZeroDelay": "2s"})
     operator = operators()
     wait_for("the rule to be Ready", lambda: condition(kube, "orders", "Ready").get("status") == "True")
     assert replicas(kube, "orders") == 0
@@ -203,7 +209,8 @@ def test_burst_scales_up_then_drains_to_zero_and_everything_tells_the_same_story
     for i in range(95):
         queue.send_message(f"burst {i}")
     sent = time.monotonic()
-    wait_for("10 replicas for 95 messages at 10 per replica", lambda: replicas(kube, "orders") == 10, timeout=10)
+    wait_for("10 replicas for 95 messages at 10 per replica", lambda: replicas(kube, "orders") == 10, timeout=10,
+             describe=lambda: f"replicas {replicas(kube, 'orders')}, {status(kube, 'orders').get('lastDecision')}")
     assert time.monotonic() - sent < 4.0  # one 1 s polling interval, plus start-up of the HTTP pools
 
     wait_for("status to show the scale", lambda: status(kube, "orders").get("desiredReplicas") == 10)
