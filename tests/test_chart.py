@@ -203,6 +203,7 @@ def test_service_monitor_scrapes_the_metrics_service() -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
     assert endpoint["path"] == "/metrics"
+    assert endpoint["honorLabels"] is True, "the series' namespace label is the rule's, not the operator's"
     assert monitor["metadata"]["labels"]["release"] == "prometheus"
 
 
