@@ -341,3 +341,11 @@ def test_every_value_is_documented() -> None:
         if line.strip():
             previous = line
     assert undocumented == []
+
+
+def test_clusters_older_than_1_29_are_refused() -> None:
+    """The CRD's validation rules are CEL, GA in 1.29: Chart.yaml's kubeVersion stops an install on older ones."""
+    result = helm("template", RELEASE, str(CHART), "--kube-version", "1.28.9")
+    assert result.returncode != 0
+    assert "kubeVersion" in result.stderr or "incompatible" in result.stderr
+    render("--kube-version", "1.29.0")
