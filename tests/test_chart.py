@@ -349,3 +349,14 @@ def test_clusters_older_than_1_29_are_refused() -> None:
     assert result.returncode != 0
     assert "kubeVersion" in result.stderr or "incompatible" in result.stderr
     render("--kube-version", "1.29.0")
+
+
+def test_the_packaged_chart_carries_the_crd_itself(tmp_path: Path) -> None:
+    """`helm package` resolves files/crd.yaml, so the .tgz installs without a checkout of manifests/."""
+    result = helm("package", str(CHART), "--destination", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (package,) = tmp_path.glob("queuescale-*.tgz")
+    rendered = helm("template", RELEASE, str(package), "--namespace", NAMESPACE)
+    assert rendered.returncode == 0, rendered.stderr
+    docs = [doc for doc in yaml.safe_load_all(rendered.stdout) if doc]
+    assert normalised(the(docs, "CustomResourceDefinition")) == the(manifests(), "CustomResourceDefinition")
