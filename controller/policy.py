@@ -95,6 +95,9 @@ class Observation:
 
     def total(self, spec: QueueScalerSpec) -> float | None:
         """Weighted sum or max over the sources that answered; None when none did."""
+        if len(self.readings) == 1:  # the common case, on every tick's trend: no lists
+            count = self.readings[0].count
+            return None if count is None else count * spec.sources[0].weight
         weighted = [
             r.count * source.weight
             for r, source in zip(self.readings, spec.sources, strict=False)
@@ -379,7 +382,8 @@ def decide(
         return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope)
 
     assert count is not None
-    memory = replace(memory, consecutive_failures=0)
+    if memory.consecutive_failures:
+        memory = replace(memory, consecutive_failures=0)
     return _on_count(spec, base, current, memory, now, bounds, count, slope)
 
 
@@ -460,7 +464,9 @@ def _on_count(
     else:
         recommended = max(recommended, 1)
 
-    memory = replace(_remember(memory, spec, now, recommended, inactive_since), pending_since=pending_since)
+    memory = _remember(memory, spec, now, recommended, inactive_since)
+    if memory.pending_since != pending_since:
+        memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need)
 
     # Stabilization windows (HPA): going up takes the smallest recent recommendation, going down the largest.
@@ -621,9 +627,16 @@ def _remember(
         first += 1
     periods = [p.period for d in (policy.scale_up, policy.scale_down) for p in d.policies]
     event_horizon = now - max(periods, default=0.0)
-    events = tuple(e for e in memory.scale_events if e.time > event_horizon)
-    return replace(
-        memory, recommendations=tuple(runs[first:]), scale_events=events, inactive_since=inactive_since
+    events = memory.scale_events
+    if events and events[0].time <= event_horizon:
+        events = tuple(e for e in events if e.time > event_horizon)
+    kept = memory.recommendations if first == 0 and len(runs) == len(memory.recommendations) else tuple(runs[first:])
+    if kept is memory.recommendations and events is memory.scale_events and inactive_since == memory.inactive_since:
+        return memory  # the usual tick: nothing to remember, nothing to allocate
+    return ScalingMemory(
+        recommendations=kept, scale_events=events, last_scale_up=memory.last_scale_up,
+        last_scale_down=memory.last_scale_down, inactive_since=inactive_since, pending_since=memory.pending_since,
+        consecutive_failures=memory.consecutive_failures,
     )
 
 
