@@ -5,10 +5,9 @@ from __future__ import annotations
 import yaml
 
 import controller.sources  # noqa: F401  (registers azure-queue with the spec parser)
-from controller.policy import Observation, ScalingMemory, SourceReading, decide
+from controller.policy import Observation, ScalingMemory, SourceReading, decide, sizing
 from controller.simulator.adapters import RuleAutoscaler, VirtualClock
 from controller.simulator.command import default_rule
-from controller.policy import sizing
 from controller.simulator.run import Contender, simulate
 from controller.spec import QueueScaler, parse_queuescaler
 from tests.sim_helpers import scenario
