@@ -80,6 +80,27 @@ async def test_ready_only_after_the_readiness_delay(tmp_path: Path) -> None:
         assert (await target.read()).ready_replicas == 2
 
 
+async def test_ready_only_once_the_process_says_so_with_a_ready_file(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    script = f"""
+import os, pathlib, time
+while not pathlib.Path({str(gate)!r}).exists():
+    time.sleep(0.05)
+pathlib.Path(os.environ["QUEUESCALE_READY_FILE"]).touch()
+while True:
+    time.sleep(0.05)
+"""
+    async with LocalProcessTarget(python(script), ready_file=True) as target:
+        await scale(target, 2)
+        await asyncio.sleep(0.5)
+        assert (await target.read()).ready_replicas == 0
+        gate.touch()
+        deadline = time.monotonic() + 10
+        while (await target.read()).ready_replicas != 2:
+            assert time.monotonic() < deadline, "never ready"
+            await asyncio.sleep(0.05)
+
+
 async def test_ready_at_once_without_a_readiness_delay(tmp_path: Path) -> None:
     async with LocalProcessTarget(python(POLITE, str(tmp_path))) as target:
         state = await scale(target, 2)

@@ -4,7 +4,9 @@ What a Deployment is to the Kubernetes target, a command is to this one: `scale(
 or stops the newest ones, and `read()` says how many were asked for and how many are ready. It runs the demo,
 and it can scale queue workers on a single VM with no cluster.
 
-- A process counts as ready once it has run for `readiness_delay` seconds (0: as soon as it started).
+- A process counts as ready once it has run for `readiness_delay` seconds (0: as soon as it started) and, with
+  `ready_file=True`, once it has created the file named in its `QUEUESCALE_READY_FILE` variable (a readiness
+  probe: say "ready" when the worker can take work, not when its interpreter starts).
 - A process that exits on its own is replaced on the next `read()` or `scale()`, as a ReplicaSet replaces a
   crashed pod, after a back-off that doubles per crash of that slot (1 s up to 30 s).
 - Stopping is SIGTERM, then SIGKILL after `grace_period` seconds: a worker may finish the message it holds.
@@ -21,8 +23,10 @@ import atexit
 import contextlib
 import itertools
 import os
+import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -32,6 +36,7 @@ from controller.spec import ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 
 REPLICA_ENV = "QUEUESCALE_REPLICA"  # each process gets its own number (1, 2, ...) in this variable
+READY_FILE_ENV = "QUEUESCALE_READY_FILE"  # with ready_file=True: create this file when ready for work
 FIRST_RESTART_DELAY = 1.0
 MAX_RESTART_DELAY = 30.0
 
@@ -43,6 +48,7 @@ class _Replica:
     number: int
     process: subprocess.Popen[bytes]
     started: float  # monotonic
+    ready_file: Path | None = None
     crashes: int = 0
     restart_at: float | None = None  # monotonic; set while the slot waits to restart after a crash
 
@@ -70,6 +76,7 @@ class LocalProcessTarget:
         env: Mapping[str, str] | None = None,
         cwd: str | Path | None = None,
         readiness_delay: float = 0.0,
+        ready_file: bool = False,
         grace_period: float = 10.0,
         log_dir: str | Path | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -83,6 +90,8 @@ class LocalProcessTarget:
         self.env = dict(os.environ if env is None else env)
         self.cwd = None if cwd is None else str(cwd)
         self.readiness_delay = readiness_delay
+        self._ready_dir = Path(tempfile.mkdtemp(prefix="queuescale-ready-")) if ready_file else None
+        self._spawns = itertools.count(1)
         self.grace_period = grace_period
         self.log_dir = None if log_dir is None else Path(log_dir)
         self._monotonic = monotonic
@@ -111,6 +120,7 @@ class LocalProcessTarget:
         ready = sum(
             1 for r in self._replicas
             if r.restart_at is None and r.process.poll() is None and now - r.started >= self.readiness_delay
+            and (r.ready_file is None or r.ready_file.exists())
         )
         return ScaleState(replicas=len(self._replicas), ready_replicas=ready, version=str(self._version))
 
@@ -128,13 +138,13 @@ class LocalProcessTarget:
         while len(self._replicas) < replicas:
             number = next(self._numbers)
             try:
-                process = self._spawn(number)
+                process, ready_file = self._spawn(number)
             except OSError as exc:
                 self._version += 1
                 raise TargetError(
                     "StartFailed", f"cannot start {self.command[0]}: {exc.strerror or exc}", retryable=False
                 ) from None
-            self._replicas.append(_Replica(number, process, self._monotonic()))
+            self._replicas.append(_Replica(number, process, self._monotonic(), ready_file))
         self._version += 1
         return await self.read()
 
@@ -185,6 +195,8 @@ class LocalProcessTarget:
         self._record_exits()
         for task in self._stop_tasks:
             task.cancel()
+        if self._ready_dir is not None:
+            shutil.rmtree(self._ready_dir, ignore_errors=True)
         atexit.unregister(self.close)
 
     async def __aenter__(self) -> LocalProcessTarget:
@@ -228,8 +240,12 @@ class LocalProcessTarget:
     # ----------------------------------------------------------------------------------------------------------
     # Starting and replacing
 
-    def _spawn(self, number: int) -> subprocess.Popen[bytes]:
+    def _spawn(self, number: int) -> tuple[subprocess.Popen[bytes], Path | None]:
         env = {**self.env, REPLICA_ENV: str(number)}
+        ready_file = None
+        if self._ready_dir is not None:
+            ready_file = self._ready_dir / f"ready-{next(self._spawns)}"
+            env[READY_FILE_ENV] = str(ready_file)
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             with (self.log_dir / f"worker-{number}.log").open("ab") as log:
@@ -244,7 +260,7 @@ class LocalProcessTarget:
             )
         self._records[process.pid] = ProcessRecord(process.pid, number, self._wall_clock())
         self._processes[process.pid] = process
-        return process
+        return process, ready_file
 
     def _replace_exited(self) -> None:
         """Restart replicas whose process exited on its own, each after its back-off."""
@@ -259,7 +275,7 @@ class LocalProcessTarget:
                 self._record_exits()
             if now >= replica.restart_at and not self._closed:
                 try:
-                    replica.process = self._spawn(replica.number)
+                    replica.process, replica.ready_file = self._spawn(replica.number)
                 except OSError:
                     replica.restart_at = now + MAX_RESTART_DELAY
                     continue
