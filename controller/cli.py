@@ -116,6 +116,58 @@ def _simulate(args: argparse.Namespace) -> int:
     ))
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from controller.demo.options import DemoOptions
+    from controller.demo.run import run
+
+    return run(DemoOptions(
+        burst=args.burst, burst_at=args.burst_at, second_burst=args.second_burst,
+        second_burst_at=args.second_burst_at, work_time=args.work_time, polling_interval=args.polling_interval,
+        max_workers=args.max_workers, target_per_replica=args.target_per_replica,
+        scale_down_window=args.scale_down_window, scale_to_zero_delay=args.scale_to_zero_delay,
+        max_duration=args.max_duration, out_dir=Path(args.out), live=args.live,
+    ))
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from controller.demo.options import DemoOptions
+
+    d = DemoOptions()
+    demo = commands.add_parser(
+        "demo", help="a live local demo: Azurite, real workers, the real reconciler",
+        description="Start Azurite on 127.0.0.1, send bursts to a queue and watch the operator's reconciler scale "
+        "real worker processes; ends by itself, stops everything it started, writes a report.",
+    )
+    demo.add_argument("--burst", type=int, default=d.burst, metavar="N", help=f"messages (default {d.burst})")
+    demo.add_argument("--burst-at", type=_duration, default=d.burst_at, metavar="T",
+                      help=f"when, after the rule starts (default {d.burst_at:g}s)")
+    demo.add_argument("--second-burst", type=int, default=d.second_burst, metavar="N",
+                      help=f"messages of a second burst, 0 for none (default {d.second_burst})")
+    demo.add_argument("--second-burst-at", type=_duration, default=d.second_burst_at, metavar="T",
+                      help=f"default {d.second_burst_at:g}s")
+    demo.add_argument("--work-time", type=_duration, default=d.work_time, metavar="T",
+                      help=f"work per message (default {d.work_time:g}s)")
+    demo.add_argument("--polling-interval", type=_duration, default=d.polling_interval, metavar="T",
+                      help=f"default {d.polling_interval:g}s")
+    demo.add_argument("--max-workers", type=int, default=d.max_workers, metavar="N",
+                      help=f"default {d.max_workers}")
+    demo.add_argument("--target-per-replica", type=float, default=d.target_per_replica, metavar="N",
+                      help=f"messages per worker (default {d.target_per_replica:g})")
+    demo.add_argument("--scale-down-window", type=_duration, default=d.scale_down_window, metavar="T",
+                      help=f"default {d.scale_down_window:g}s")
+    demo.add_argument("--scale-to-zero-delay", type=_duration, default=d.scale_to_zero_delay, metavar="T",
+                      help=f"default {d.scale_to_zero_delay:g}s")
+    demo.add_argument("--max-duration", type=_duration, default=d.max_duration, metavar="T",
+                      help=f"stop anyway after this (exit 1; default {d.max_duration:g}s)")
+    demo.add_argument("--out", default=str(d.out_dir), metavar="DIR",
+                      help=f"report, timeline, summary and worker logs (default {d.out_dir}/)")
+    demo.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                      help="redraw in place (default: when stdout is a terminal)")
+    demo.set_defaults(handler=_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queuescale",
@@ -165,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")
     simulate.set_defaults(handler=_simulate)
     _add_run(commands)
+    _add_demo(commands)
     return parser
 
 
