@@ -131,6 +131,12 @@ def _demo(args: argparse.Namespace) -> int:
     ))
 
 
+def _convert_keda(args: argparse.Namespace) -> int:
+    from controller.convert_keda import run
+
+    return run(args.scaledobject, args.out, sys.stdout, sys.stderr)
+
+
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from controller.demo.options import DemoOptions
 
@@ -218,6 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(handler=_simulate)
     _add_run(commands)
     _add_demo(commands)
+    convert = commands.add_parser(
+        "convert-keda", help="turn a KEDA ScaledObject (azure-queue triggers) into a QueueScaler",
+        description="Print the QueueScaler equivalent to each ScaledObject in the file; TriggerAuthentications and "
+        "Deployments in the same file are used to find the connection Secret. Whatever cannot be carried over is "
+        "a warning on stderr, one line each.",
+    )
+    convert.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml")
+    convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here instead of stdout")
+    convert.set_defaults(handler=_convert_keda)
     return parser
 
 
