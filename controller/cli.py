@@ -137,6 +137,20 @@ def _convert_keda(args: argparse.Namespace) -> int:
     return run(args.scaledobject, args.out, sys.stdout, sys.stderr)
 
 
+def _record(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from controller.record import RecordOptions, run
+
+    return run(RecordOptions(
+        rule_file=args.rule, duration=args.duration, out=Path(args.out), secrets_file=args.secrets,
+        counts_out=Path(args.counts) if args.counts else None,
+        scenario_out=Path(args.scenario) if args.scenario else None,
+        completion_rate=args.completion_rate, interval=args.interval, rule_name=args.rule_name,
+    ), environ=os.environ, out=sys.stdout, err=sys.stderr)
+
+
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from controller.demo.options import DemoOptions
 
@@ -233,6 +247,23 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml")
     convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here instead of stdout")
     convert.set_defaults(handler=_convert_keda)
+    record = commands.add_parser(
+        "record", help="record a rule's queue traffic as a simulator trace",
+        description="Poll a rule's queues every polling interval for DURATION and write the estimated arrivals per "
+        "interval as a trace (t,arrivals) that `queuescale simulate --scenario` can replay. Without "
+        "--completion-rate the arrivals are the count's growth (a lower bound); see docs/workflow.md.",
+    )
+    record.add_argument("rule", metavar="RULE.yaml")
+    record.add_argument("--duration", type=_duration, required=True, metavar="T", help='e.g. "1h", "30m"')
+    record.add_argument("--out", required=True, metavar="TRACE.csv")
+    record.add_argument("--secrets", metavar="SECRETS.yaml", help="Kubernetes Secret manifests (as for check)")
+    record.add_argument("--counts", metavar="COUNTS.csv", help="also write the raw counts of every poll")
+    record.add_argument("--scenario", metavar="SCENARIO.yaml", help="also write a scenario that replays the trace")
+    record.add_argument("--completion-rate", type=float, metavar="R",
+                        help="messages/s your workers complete while they have work (improves the estimate)")
+    record.add_argument("--interval", type=_duration, metavar="T", help="poll this often (default: the rule's)")
+    record.add_argument("--rule", dest="rule_name", metavar="NAME", help="the rule to record, if the file has several")
+    record.set_defaults(handler=_record)
     return parser
 
 
