@@ -33,6 +33,7 @@ from controller.demo.options import DemoOptions
 from controller.demo.view import Frame, LiveView
 from controller.demo.worker import CONNECTION_ENV
 from controller.reconciler import Reconciler, SystemClock, TickResult
+from controller.sources.azure_auth import scrub
 from controller.sources.base import SecretUnavailable, Source, SourceContext, build_source
 from controller.spec import QueueScaler, SpecError, format_duration, parse_queuescaler
 from controller.targets.local_process import LocalProcessTarget
@@ -510,6 +511,10 @@ def run(options: DemoOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
     except SpecError as exc:  # the demo's own rule, from bad options
         print(f"demo: the demo rule is not valid: {exc}", file=err)
         return 2
+    except Exception as exc:  # e.g. Azurite died under us; everything started is still stopped below
+        first_line = (str(exc).splitlines() or [""])[0]
+        print(f"demo: failed: {type(exc).__name__}: {scrub(first_line)[:300]}", file=err)
+        return EXIT_FAILED
     finally:
         demo.close()
 
