@@ -250,14 +250,12 @@ class _Recorder:
         self.logs.refresh()
         reading = result.observation.readings[0] if result.observation.readings else None
         decision = result.decision
-        if decision is not None:
-            reason, message = str(decision.reason), decision.message
-        elif result.target_error is not None:
+        if result.target_error is not None:  # the workers could not be read or scaled: say so, not the plan
             reason, message = result.target_error.code, result.target_error.message
+        elif decision is not None:
+            reason, message = str(decision.reason), decision.message
         else:
             reason, message = "Unknown", ""
-        if reading is not None and reading.error is not None and decision is not None:
-            reason = str(decision.reason)
         sample = Sample(
             t=record.t(result.time),
             count=None if reading is None else reading.count,
@@ -299,7 +297,6 @@ class Demo:
         self.err = err
         self.azurite: AzuriteQueueService | None = None
         self.target: LocalProcessTarget | None = None
-        self.record: DemoRecord | None = None
         self.interrupted = False
         self._main: asyncio.Task[Any] | None = None
 
@@ -326,7 +323,6 @@ class Demo:
         for old in workers_dir.glob("*.log") if workers_dir.exists() else []:
             old.unlink()
         record = DemoRecord(options=options, rule=rule)
-        self.record = record
         live = self.out.isatty() if options.live is None else options.live
         view = LiveView(self.out, live=live, title=f"queuescale demo: rule {rule.name}")
         loop = asyncio.get_running_loop()
