@@ -53,6 +53,7 @@ def test_stdout_is_yaml_and_warnings_go_to_stderr_one_line_each() -> None:
     assert doc["kind"] == "QueueScaler"
     lines = result.stderr.splitlines()
     assert lines and all(line.startswith(f"warning: {EXAMPLE}: orders-worker: spec.") for line in lines)
+    assert "UseDevelopmentStorage" not in result.stdout + result.stderr  # the Secret's value in the same file
 
 
 def test_the_shipped_example_carries_queue_target_and_scale_down_behavior() -> None:

@@ -370,7 +370,7 @@ class Demo:
         bursts = [(options.burst_at, options.burst)]
         if options.second_burst:
             bursts.append((options.second_burst_at, options.second_burst))
-        recorder = _Recorder(record, view, logs, self.target, settled, lambda: len(record.bursts) == len(bursts))
+        recorder = _Recorder(record, view, logs, self.target, settled, lambda: record.sent == sum(n for _, n in bursts))
         print(
             f"queue '{QUEUE_NAME}' created; rule '{rule.name}': poll every {options.polling_interval:g}s, "
             f"{options.target_per_replica:g} messages per worker, 0 to {options.max_workers} workers "
@@ -424,17 +424,24 @@ class Demo:
         with ThreadPoolExecutor(max_workers=SENDERS, thread_name_prefix="demo-sender") as pool:
             for at, messages in bursts:
                 await asyncio.sleep(max(0.0, record.started + at - time.time()))
-                sent_at = time.time()
-                numbers = range(next_number, next_number + messages)
+                started = time.time()
+                record.bursts.append((record.t(started), messages))
+                recorder.event(f"burst of {messages} messages starts", record.t(started))
+
+                def send(n: int) -> None:
+                    queue.send_message(json.dumps({"n": n, "sent": time.time()}))
+
+                def counted(_future: asyncio.Future[None]) -> None:
+                    record.sent += 1
+
+                sends = []
+                for n in range(next_number, next_number + messages):
+                    future = loop.run_in_executor(pool, send, n)
+                    future.add_done_callback(counted)
+                    sends.append(future)
                 next_number += messages
-                await asyncio.gather(*(
-                    loop.run_in_executor(pool, queue.send_message, json.dumps({"n": n, "sent": time.time()}))
-                    for n in numbers
-                ))
-                record.sent += messages
-                record.bursts.append((record.t(sent_at), messages))
-                recorder.event(f"burst: {messages} messages sent in {time.time() - sent_at:.1f}s",
-                               record.t(sent_at))
+                await asyncio.gather(*sends)
+                recorder.event(f"burst: all {messages} sent ({time.time() - started:.1f}s)")
 
     async def _wait_for_end(self, settled: asyncio.Event, stop: asyncio.Event) -> None:
         waiters = [asyncio.create_task(settled.wait()), asyncio.create_task(stop.wait())]
