@@ -213,14 +213,19 @@ def test_burst_scales_up_then_drains_to_zero_and_everything_tells_the_same_story
              describe=lambda: f"replicas {replicas(kube, 'orders')}, {status(kube, 'orders').get('lastDecision')}")
     assert time.monotonic() - sent < 4.0  # one 1 s polling interval, plus start-up of the HTTP pools
 
-    wait_for("status to show the scale", lambda: status(kube, "orders").get("desiredReplicas") == 10)
+    # Counts alone are written at most every --status-interval (1 s here): wait for the last one.
+    wait_for("status to show the scale", lambda: status(kube, "orders").get("desiredReplicas") == 10
+             and status(kube, "orders").get("queueLength") == 95, describe=lambda: str(status(kube, "orders")))
     current = status(kube, "orders")
-    assert current["queueLength"] == 95 and current["currentReplicas"] == 10
+    assert current["currentReplicas"] == 10
     assert current["sources"][0]["count"] == 95
     active = condition(kube, "orders", "Active")
-    assert active["status"] == "True" and active["reason"] in ("ActivatedFromZero", "WithinTolerance", "Steady")
-    scaled = [e for e in events(kube, "orders") if e["reason"] == "ScaledUp"]
-    assert scaled and scaled[0]["message"].startswith("0 -> 10: ActivatedFromZero")
+    assert active["status"] == "True"
+    assert active["reason"] in ("ActivatedFromZero", "ScaledUp", "WithinTolerance", "Steady")
+    # A poll may land mid-burst (a loaded machine sends slowly): the first step wakes from zero, the last is 10.
+    scaled = [e["message"] for e in events(kube, "orders") if e["reason"] == "ScaledUp"]
+    assert scaled[0].startswith("0 -> ") and "ActivatedFromZero" in scaled[0]
+    assert scaled[-1].split(":")[0].endswith("-> 10")
     metrics = operator.metrics()
     assert 'queuescale_desired_replicas{namespace="shop",rule="orders"} 10.0' in metrics
     assert 'queuescale_scale_operations_total{direction="up",namespace="shop",result="success",rule="orders"} 1.0' in metrics
