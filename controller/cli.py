@@ -126,7 +126,7 @@ def _demo(args: argparse.Namespace) -> int:
         burst=args.burst, burst_at=args.burst_at, second_burst=args.second_burst,
         second_burst_at=args.second_burst_at, work_time=args.work_time, polling_interval=args.polling_interval,
         max_workers=args.max_workers, target_per_replica=args.target_per_replica,
-        scale_down_window=args.scale_down_window, scale_to_zero_delay=args.scale_to_zero_delay,
+        scale_down_delay=args.scale_down_delay, scale_to_zero_delay=args.scale_to_zero_delay,
         max_duration=args.max_duration, out_dir=Path(args.out), live=args.live,
     ))
 
@@ -175,8 +175,8 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                       help=f"default {d.max_workers}")
     demo.add_argument("--target-per-replica", type=float, default=d.target_per_replica, metavar="N",
                       help=f"messages per worker (default {d.target_per_replica:g})")
-    demo.add_argument("--scale-down-window", type=_duration, default=d.scale_down_window, metavar="T",
-                      help=f"default {d.scale_down_window:g}s")
+    demo.add_argument("--scale-down-delay", type=_duration, default=d.scale_down_delay, metavar="T",
+                      help=f"default {d.scale_down_delay:g}s")
     demo.add_argument("--scale-to-zero-delay", type=_duration, default=d.scale_to_zero_delay, metavar="T",
                       help=f"default {d.scale_to_zero_delay:g}s")
     demo.add_argument("--max-duration", type=_duration, default=d.max_duration, metavar="T",

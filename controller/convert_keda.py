@@ -31,7 +31,6 @@ import controller.sources  # noqa: F401  (registers azure-queue, so the output c
 from controller.simulator.keda import DEFAULT_DOWN, DEFAULT_UP, HPA_SYNC, HpaDirection, HpaPolicy
 from controller.spec import (
     DEFAULT_SCALE_DOWN,
-    DEFAULT_SCALE_UP,
     FieldError,
     Fields,
     SpecError,
@@ -275,9 +274,8 @@ class _Converter:
                 sources.append(source)
         if minimum == 0:  # KEDA's cooldownPeriod only ever applies to the step to zero, as ours
             policy["scaleToZeroDelay"] = format_duration(cooldown)
-        self._behavior(policy, "scaleUp", scale_up, has_up, DEFAULT_UP, DEFAULT_SCALE_UP.stabilization_window)
-        self._behavior(policy, "scaleDown", scale_down, has_down, DEFAULT_DOWN,
-                       DEFAULT_SCALE_DOWN.stabilization_window)
+        self._behavior(policy, "scaleUp", scale_up, has_up, DEFAULT_UP)
+        self._behavior(policy, "scaleDown", scale_down, has_down, DEFAULT_DOWN)
         if polling > HPA_SYNC and not all(t.get("useCachedMetrics") for t in self._trigger_items()):
             self.warn("spec.pollingInterval", f"{polling}s: with KEDA the HPA also reads the queue every "
                       f"{HPA_SYNC}s once the workload runs; queuescale reads it only every pollingInterval "
@@ -500,7 +498,7 @@ class _Converter:
     # Behavior and fallback
 
     def _behavior(self, policy: dict[str, Any], name: str, direction: HpaDirection, given: bool,
-                  hpa_default: HpaDirection, our_window: float) -> None:
+                  hpa_default: HpaDirection) -> None:
         path = f"spec.advanced.horizontalPodAutoscalerConfig.behavior.{name}"
         if not given:
             if name == "scaleUp":
@@ -509,12 +507,16 @@ class _Converter:
                           "policy.scaleUp.policies [{type: Pods, value: 4, period: 15s}, {type: Percent, value: "
                           "100, period: 15s}]")
             else:
-                self.warn(path, f"not set, so KEDA's HPA waits {hpa_default.stabilization_window}s "
-                          f"(stabilizationWindowSeconds) before scaling down; queuescale's default waits "
-                          f"{format_duration(our_window)}. Kept queuescale's; set policy.scaleDown."
-                          f"stabilizationWindow: {format_duration(hpa_default.stabilization_window)} to keep KEDA's")
+                window = format_duration(hpa_default.stabilization_window)
+                self.warn(path, f"not set, so KEDA's HPA scales down on the highest recommendation of the last "
+                          f"{window} (stabilizationWindowSeconds {hpa_default.stabilization_window}); queuescale's "
+                          f"default releases capacity unneeded for {format_duration(DEFAULT_SCALE_DOWN.delay)} "
+                          f"(scaleDown.delay), in one step. Kept queuescale's; set policy.scaleDown {{delay: 0s, "
+                          f"stabilizationWindow: {window}}} to keep KEDA's")
             return
         out: dict[str, Any] = {"stabilizationWindow": format_duration(direction.stabilization_window)}
+        if name == "scaleDown" and DEFAULT_SCALE_DOWN.delay:
+            out["delay"] = "0s"  # the HPA has no such delay: its window is the whole of its scale-down damping
         if direction.select_policy == "Disabled":
             out["selectPolicy"] = "Disabled"
         else:

@@ -69,7 +69,7 @@ def test_the_shipped_example_carries_queue_target_and_scale_down_behavior() -> N
     assert spec["policy"]["targetPerReplica"] == 20
     assert spec["policy"]["scaleToZeroDelay"] == "5m"
     assert spec["policy"]["scaleDown"] == {
-        "stabilizationWindow": "2m", "policies": [{"type": "Percent", "value": 50, "period": "1m"}],
+        "stabilizationWindow": "2m", "delay": "0s", "policies": [{"type": "Percent", "value": 50, "period": "1m"}],
     }
     assert "scaleUp" not in spec["policy"]
 
@@ -105,7 +105,7 @@ def test_activation_cooldown_limits_behavior_and_fallback_carry_over() -> None:
     }
     # A direction that is set keeps the HPA's defaults for what it leaves out (Percent 100 per 15 s).
     assert policy["scaleDown"] == {
-        "stabilizationWindow": "10m", "policies": [{"type": "Percent", "value": 100, "period": "15s"}],
+        "stabilizationWindow": "10m", "delay": "0s", "policies": [{"type": "Percent", "value": 100, "period": "15s"}],
     }
     assert spec["fallback"] == {"failureThreshold": 4, "mode": "fixed", "replicas": 6}
     (fallback,) = warnings_about(warnings, "spec.fallback.behavior")
@@ -139,6 +139,7 @@ def test_several_queue_triggers_become_max_of_weighted_sources_and_the_rest_is_w
     # Same decisions as the HPA's "largest recommendation": 30 small (3 pods) vs 8 large (4 pods) -> 4.
     rule = parse_queuescaler(doc)
     weighted = max(30 * rule.spec.sources[0].weight, 8 * rule.spec.sources[1].weight)
+    assert rule.spec.policy.target_per_replica is not None
     assert weighted / rule.spec.policy.target_per_replica == 4
 
 

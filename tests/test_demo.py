@@ -16,7 +16,7 @@ from tests.azurite import ROOT
 
 QUICK = [
     "--burst", "24", "--burst-at", "1", "--second-burst", "0", "--work-time", "0.2", "--polling-interval", "1",
-    "--max-workers", "4", "--target-per-replica", "8", "--scale-down-window", "2", "--scale-to-zero-delay", "2",
+    "--max-workers", "4", "--target-per-replica", "8", "--scale-down-delay", "2", "--scale-to-zero-delay", "2",
     "--no-live",
 ]
 

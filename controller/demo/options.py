@@ -18,7 +18,7 @@ class DemoOptions:
     polling_interval: float = 2.0
     max_workers: int = 8
     target_per_replica: float = 20.0
-    scale_down_window: float = 10.0
+    scale_down_delay: float = 10.0
     scale_to_zero_delay: float = 15.0
     max_duration: float = 180.0  # after this the demo stops anyway (and exits 1)
     out_dir: Path = Path("queuescale-demo")

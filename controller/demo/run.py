@@ -65,7 +65,7 @@ def demo_rule_document(options: DemoOptions) -> dict[str, Any]:
                 "targetPerReplica": options.target_per_replica,
                 "trendWindow": "20s",
                 "scaleToZeroDelay": format_duration(options.scale_to_zero_delay),
-                "scaleDown": {"stabilizationWindow": format_duration(options.scale_down_window)},
+                "scaleDown": {"delay": format_duration(options.scale_down_delay)},
             },
         },
     }
