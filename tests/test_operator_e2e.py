@@ -153,7 +153,7 @@ def rule(api: kube_client.ApiClient, name: str, queue: str, secret_name: str, **
             "minReplicas": 0, "maxReplicas": 20, "pollingInterval": "1s",
             "sources": [{"type": "azure-queue", "queueName": queue,
                          "connectionSecretRef": {"name": secret_name, "key": "connection"}}],
-            "policy": {"targetPerReplica": 10, "scaleDown": {"stabilizationWindow": 0}, "scaleToZeroDelay": "2s"},
+            "policy": {"targetPerReplica": 10, "scaleDown": {"stabilizationWindow": 0, "delay": 0}, "scaleToZeroDelay": "2s"},
             **spec,
         },
     }
@@ -329,7 +329,7 @@ def test_restart_mid_cooldown_does_not_scale_down_early(
     azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]
 ) -> None:
     queue = setup_rule(api, azurite, "jobs", messages=50, policy={
-        "targetPerReplica": 10, "scaleDown": {"cooldown": "8s", "stabilizationWindow": 0}, "scaleToZeroDelay": 0})
+        "targetPerReplica": 10, "scaleDown": {"cooldown": "8s", "stabilizationWindow": 0, "delay": 0}, "scaleToZeroDelay": 0})
     first = operators()
     wait_for("5 replicas", lambda: replicas(kube, "jobs") == 5)
     scaled_at = time.monotonic()
