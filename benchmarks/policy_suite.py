@@ -22,18 +22,19 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import controller.sources  # noqa: F401  (registers the queue kinds)
 from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.command import default_rule
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
 from controller.simulator.report import line_chart
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, library, load_scenario
 from controller.simulator.world import World
-from controller.spec import QueueScaler, parse_queuescaler
+from controller.spec import QueueScaler
 
 ROOT = Path(__file__).resolve().parent.parent
 HOLDOUT = sorted((ROOT / "benchmarks" / "scenarios").glob("*.yaml"))
@@ -41,25 +42,14 @@ QUEUE_LENGTHS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500)
 
 
 def our_rule(scenario: Scenario) -> QueueScaler:
-    """The default policy, told only what a user knows: the latency wanted and how long a message takes."""
-    workers = scenario.workers
-    doc = {
-        "apiVersion": "queuescale.io/v1alpha1",
-        "kind": "QueueScaler",
-        "metadata": {"name": "queuescale"},
-        "spec": {
-            "scaleTargetRef": {"name": "worker"},
-            "maxReplicas": workers.max_replicas,
-            "sources": [{"type": "azure-queue", "queueName": "simulated",
-                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
-            "policy": {
-                "targetWaitSeconds": scenario.slo_wait,
-                "serviceTime": workers.service_time.average,
-                "messagesPerReplica": workers.concurrency,
-            },
-        },
-    }
-    return parse_queuescaler(doc)
+    """The default policy, told only what a user knows: the latency wanted and how long a message takes.
+
+    That is the simulator's default rule (targetWaitSeconds, serviceTime, messagesPerReplica, maxReplicas) less
+    its lookahead: the pods' start-up delay is left to the policy's default.
+    """
+    rule = default_rule(scenario)
+    policy = replace(rule.spec.policy, lookahead=None)
+    return replace(rule, name="queuescale", spec=replace(rule.spec, policy=policy))
 
 
 def keda_object(scenario: Scenario, queue_length: float) -> ScaledObject:
