@@ -3,7 +3,7 @@
 Importing this package registers every built-in kind with the spec parser and the source registry.
 """
 
-from controller.sources import azure_queue, redis_list
+from controller.sources import azure_queue, redis_list, sql_table
 from controller.sources.base import (
     SecretResolver,
     SecretUnavailable,
@@ -14,4 +14,5 @@ from controller.sources.base import (
 
 __all__ = [
     "SecretResolver", "SecretUnavailable", "Source", "SourceContext", "azure_queue", "build_source", "redis_list",
+    "sql_table",
 ]
