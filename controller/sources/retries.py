@@ -73,7 +73,10 @@ async def with_retries(
             result = SourceError("Timeout", f"no answer within {timeout:.1f}s")
         if not isinstance(result, SourceError):
             return Outcome(result, None, attempts)
-        last = result
+        # A last attempt the budget cut short says less than the full attempt before it (say, ConnectionFailed).
+        cut_short = timeout < policy.request_timeout and result.code == "Timeout"
+        if not (cut_short and last is not None):
+            last = result
         if not result.retryable or attempts >= policy.max_attempts:
             break
         wait = policy.delay(attempts - 1, rng)
