@@ -108,3 +108,23 @@ async def test_a_visible_count_source_peeks_below_32_and_falls_back_above() -> N
     world.put(1, 40)
     world.step(1)
     assert (await source.poll(10)).count == 60  # 55 visible: peek says "32 or more", so the approximate count
+
+
+async def test_redis_and_sql_sources_read_what_their_kind_counts() -> None:
+    from controller.simulator.adapters import SimulatedSource
+    from controller.simulator.world import World
+    from controller.sources.redis_list import RedisListSource
+    from controller.sources.sql_table import SqlTableSource
+
+    sc = scenario(workers={"startupDelay": 0, "serviceTime": 30, "initialReplicas": 5})
+    world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
+    world.put(0, 20)
+    world.put(0, 4, delay=300)
+    world.step(0)
+    lists = RedisListSource(type="redis-list", list_name="jobs", host="h")
+    table = SqlTableSource(type="sql-table", table="jobs", host="h", database="d", user="u")
+    pending = RedisListSource(type="redis-list", stream_name="s", consumer_group="g", host="h")
+    both = RedisListSource(type="redis-list", stream_name="s", consumer_group="g", host="h",
+                           stream_count="pendingAndLag")
+    counts = [(await SimulatedSource(spec, world).poll(10)).count for spec in (lists, table, pending, both)]
+    assert counts == [15, 15, 5, 20]  # 5 in flight, 4 not yet due: a list and a table see neither
