@@ -190,3 +190,117 @@ def postgres_server() -> Iterator[PostgresServer]:
         yield server
     finally:
         server.close()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# RabbitMQ
+
+RABBITMQ_START_TIMEOUT = 90.0  # Erlang boot plus the management plugin: ~10 s idle, ~30 s on a busy 2-core machine
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"  # not /usr/sbin's wrapper, which switches user as root
+
+
+class RabbitMqServer:
+    """One rabbitmq-server with the management plugin: its own node name, ports, epmd, HOME and data folder.
+
+    Every listener (AMQP, management, Erlang distribution, epmd) is on 127.0.0.1. The broker's default user
+    guest/guest may log in from loopback; the tests add their own users.
+    """
+
+    def __init__(self) -> None:
+        self.amqp_port, self.management_port = free_port(), free_port()
+        self.dist_port, self.epmd_port = free_port(), free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.folder: str | None = None
+        self.node = f"queuescale-{os.getpid()}-{self.amqp_port}@localhost"
+
+    @property
+    def management_url(self) -> str:
+        return f"http://127.0.0.1:{self.management_port}"
+
+    def _environment(self) -> dict[str, str]:
+        assert self.folder is not None
+        base = self.folder
+        return {
+            **{k: v for k, v in os.environ.items() if not k.startswith(("RABBITMQ_", "ERL_"))},
+            "HOME": base,  # the Erlang cookie goes here
+            "RABBITMQ_CONFIG_FILE": f"{base}/rabbitmq",
+            "RABBITMQ_ENABLED_PLUGINS_FILE": f"{base}/enabled_plugins",
+            "RABBITMQ_MNESIA_BASE": f"{base}/mnesia",
+            "RABBITMQ_LOG_BASE": f"{base}/log",
+            "RABBITMQ_PID_FILE": f"{base}/pid",
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
+        }
+
+    def start(self) -> RabbitMqServer:
+        if not Path(RABBITMQ_SERVER).exists():
+            raise RuntimeError("rabbitmq-server not found: run scripts/bootstrap (it installs Debian's rabbitmq-server)")
+        self.folder = tempfile.mkdtemp(prefix="queuescale-rabbitmq-")
+        Path(self.folder, "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.amqp_port}\n"
+            f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = {self.management_port}\n"
+            "collect_statistics_interval = 500\n"
+        )
+        Path(self.folder, "enabled_plugins").write_text("[rabbitmq_management].\n")
+        self.process = subprocess.Popen([RABBITMQ_SERVER], env=self._environment(), stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + RABBITMQ_START_TIMEOUT
+        while time.monotonic() < deadline:
+            code = self.process.poll()
+            if code is not None:
+                self.close()
+                raise RuntimeError(f"rabbitmq-server exited with {code} before its management API answered")
+            try:
+                import httpx
+
+                if httpx.get(f"{self.management_url}/api/overview", auth=("guest", "guest"),
+                             timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.close()
+        raise RuntimeError(f"rabbitmq-server did not answer on {self.management_url} in {RABBITMQ_START_TIMEOUT:g}s")
+
+    def api(self, method: str, path: str, body: object = None) -> int:
+        """One management API call as guest; returns the status."""
+        import httpx
+
+        response = httpx.request(method, f"{self.management_url}/api/{path}", auth=("guest", "guest"), json=body,
+                                 timeout=10)
+        return response.status_code
+
+    def close(self) -> None:
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            # The launcher script's group holds the Erlang VM; epmd daemonizes into the same session.
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 15)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, 9)
+                process.wait(timeout=5)
+        self._stop_epmd()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _stop_epmd(self) -> None:
+        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+        if self.folder is not None and Path(epmd).exists():
+            subprocess.run([epmd, "-port", str(self.epmd_port), "-kill"], env=self._environment(),
+                           capture_output=True, timeout=10, check=False)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_server() -> Iterator[RabbitMqServer]:
+    """One RabbitMQ for the whole session (queues are per test: use unique names)."""
+    server = RabbitMqServer().start()
+    try:
+        yield server
+    finally:
+        server.close()

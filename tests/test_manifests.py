@@ -58,7 +58,9 @@ EVERY_FIELD: dict[str, Any] = {
                      "claimColumn": "status", "unclaimedValue": "pending", "where": "queue = 'a'",
                      "query": "SELECT count(*) FROM jobs", "host": "db", "port": 5432, "database": "shop",
                      "user": "scaler", "passwordSecretRef": secret_ref(), "dsnSecretRef": secret_ref(),
-                     "sslMode": "require", "statementTimeout": "5s"}],
+                     "sslMode": "require", "statementTimeout": "5s"},
+                    {"type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbitmq:15672", "vhost": "/",
+                     "username": "scaler", "passwordSecretRef": secret_ref(), "count": "readyAndUnacked"}],
         "aggregation": "max",
         "policy": {
             "targetPerReplica": 5, "activationThreshold": 0, "tolerance": 0.1, "lookahead": "30s",
@@ -83,12 +85,14 @@ VALID["spec"]["sources"] = [
     {"type": "redis-list", "listName": "jobs", "host": "redis", "port": 6379, "db": 0},
     {"type": "sql-table", "table": "jobs", "dueColumn": "run_at", "host": "db", "port": 5432, "database": "shop",
      "user": "scaler", "statementTimeout": "5s"},
+    {"type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbitmq:15672"},
 ]
 # Which of VALID's sources a probe of a kind's own field goes to (the others are azure-queue's, source 0).
 REDIS_FIELDS = {"listName", "streamName", "consumerGroup", "streamCount", "host", "port", "db", "username",
                 "passwordSecretRef", "urlSecretRef", "tls"}
 SQL_FIELDS = {"engine", "table", "dueColumn", "claimColumn", "unclaimedValue", "where", "query", "database", "user",
               "dsnSecretRef", "sslMode", "statementTimeout"}
+RABBITMQ_FIELDS = {"queue", "managementURL", "vhost", "count"}
 
 
 def source_index(path: str) -> str:
@@ -96,7 +100,7 @@ def source_index(path: str) -> str:
     if not path.startswith("spec.sources[]."):
         return path
     field = path.split(".")[2]
-    index = 1 if field in REDIS_FIELDS else 2 if field in SQL_FIELDS else 0
+    index = 1 if field in REDIS_FIELDS else 2 if field in SQL_FIELDS else 3 if field in RABBITMQ_FIELDS else 0
     return path.replace("spec.sources[]", f"spec.sources[{index}]", 1)
 
 
@@ -319,6 +323,9 @@ STRING_PROBES = [
     ("spec.sources[2].sslMode", "on", False),
     ("spec.sources[2].statementTimeout", "2.5s", True),
     ("spec.sources[2].statementTimeout", "soon", False),
+    ("spec.sources[3].managementURL", "https://rabbitmq.shop.svc:15671/mgmt", True),
+    ("spec.sources[3].managementURL", "http://guest:guest@rabbitmq:15672", False),
+    ("spec.sources[3].count", "unacked", False),
     ("spec.aggregation", "avg", False),
     ("spec.fallback.mode", "scale", False),
     ("spec.policy.scaleUp.policies[0].type", "Replicas", False),
@@ -395,6 +402,7 @@ CROSS_FIELD_PROBES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("sql query alone", {"spec.sources[2].query": "SELECT count(*) FROM jobs"},
      ("spec.sources[2].table", "spec.sources[2].dueColumn")),
     ("sql without a host", {}, ("spec.sources[2].host",)),
+    ("rabbitmq without a management URL", {}, ("spec.sources[3].managementURL",)),
     ("polling below a second", {"spec.pollingInterval": "500ms"}, ()),
     ("polling of a second in ms", {"spec.pollingInterval": "1000ms"}, ()),
     ("polling of 1.5 seconds as text", {"spec.pollingInterval": "1.5"}, ()),

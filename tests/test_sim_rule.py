@@ -113,6 +113,7 @@ async def test_a_visible_count_source_peeks_below_32_and_falls_back_above() -> N
 async def test_redis_and_sql_sources_read_what_their_kind_counts() -> None:
     from controller.simulator.adapters import SimulatedSource
     from controller.simulator.world import World
+    from controller.sources.rabbitmq import RabbitMqSource
     from controller.sources.redis_list import RedisListSource
     from controller.sources.sql_table import SqlTableSource
 
@@ -126,5 +127,8 @@ async def test_redis_and_sql_sources_read_what_their_kind_counts() -> None:
     pending = RedisListSource(type="redis-list", stream_name="s", consumer_group="g", host="h")
     both = RedisListSource(type="redis-list", stream_name="s", consumer_group="g", host="h",
                            stream_count="pendingAndLag")
-    counts = [(await SimulatedSource(spec, world).poll(10)).count for spec in (lists, table, pending, both)]
-    assert counts == [15, 15, 5, 20]  # 5 in flight, 4 not yet due: a list and a table see neither
+    ready = RabbitMqSource(type="rabbitmq", queue="q", management_url="http://r")
+    unacked = RabbitMqSource(type="rabbitmq", queue="q", management_url="http://r", count="readyAndUnacked")
+    specs = (lists, table, pending, both, ready, unacked)
+    counts = [(await SimulatedSource(spec, world).poll(10)).count for spec in specs]
+    assert counts == [15, 15, 5, 20, 15, 20]  # 5 in flight, 4 not yet due: a list and a table see neither

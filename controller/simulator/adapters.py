@@ -35,7 +35,18 @@ _KIND_COUNTS: dict[tuple[str, str | None], Callable[[World], int]] = {
     ("redis-list", "pending"): lambda world: world.in_flight_count,
     ("redis-list", "pendingAndLag"): lambda world: world.visible_count + world.in_flight_count,
     ("sql-table", None): lambda world: world.visible_count,
+    ("rabbitmq", "ready"): lambda world: world.visible_count,
+    ("rabbitmq", "readyAndUnacked"): lambda world: world.visible_count + world.in_flight_count,
 }
+
+
+def _count_mode(spec: SourceSpec) -> str | None:
+    """Which of its kind's counts a source reads (read by name: the simulator does not import the sources)."""
+    if spec.type == "redis-list":
+        return getattr(spec, "stream_count", None) if getattr(spec, "stream_name", None) else None
+    if spec.type == "rabbitmq":
+        return getattr(spec, "count", None)
+    return None
 
 
 class SimulatedSource:
@@ -48,8 +59,7 @@ class SimulatedSource:
         self.visible_only = getattr(spec, "count_strategy", "approximate") == "visible"
         # What the other kinds count (docs/simulator.md, "Queue kinds"): a list's LLEN and a job table's due,
         # unclaimed rows are exactly the visible messages; a stream's pending entries are the in-flight ones.
-        self.count_of = _KIND_COUNTS.get((spec.type, getattr(spec, "stream_count", None) if
-                                          getattr(spec, "stream_name", None) else None))
+        self.count_of = _KIND_COUNTS.get((spec.type, _count_mode(spec)))
 
     @property
     def spec(self) -> SourceSpec:
