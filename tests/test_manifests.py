@@ -60,7 +60,11 @@ EVERY_FIELD: dict[str, Any] = {
                      "user": "scaler", "passwordSecretRef": secret_ref(), "dsnSecretRef": secret_ref(),
                      "sslMode": "require", "statementTimeout": "5s"},
                     {"type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbitmq:15672", "vhost": "/",
-                     "username": "scaler", "passwordSecretRef": secret_ref(), "count": "readyAndUnacked"}],
+                     "username": "scaler", "passwordSecretRef": secret_ref(), "count": "readyAndUnacked"},
+                    {"type": "aws-sqs", "queueURL": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders",
+                     "awsRegion": "eu-west-1", "accessKeyIdSecretRef": secret_ref(),
+                     "secretAccessKeySecretRef": secret_ref(), "sessionTokenSecretRef": secret_ref(),
+                     "includeInFlight": True}],
         "aggregation": "max",
         "policy": {
             "targetPerReplica": 5, "activationThreshold": 0, "tolerance": 0.1, "lookahead": "30s",
@@ -86,6 +90,8 @@ VALID["spec"]["sources"] = [
     {"type": "sql-table", "table": "jobs", "dueColumn": "run_at", "host": "db", "port": 5432, "database": "shop",
      "user": "scaler", "statementTimeout": "5s"},
     {"type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbitmq:15672"},
+    {"type": "aws-sqs", "queueURL": "http://127.0.0.1:4566/123456789012/orders", "awsRegion": "eu-west-1",
+     "accessKeyIdSecretRef": secret_ref(), "secretAccessKeySecretRef": secret_ref()},
 ]
 # Which of VALID's sources a probe of a kind's own field goes to (the others are azure-queue's, source 0).
 REDIS_FIELDS = {"listName", "streamName", "consumerGroup", "streamCount", "host", "port", "db", "username",
@@ -93,6 +99,8 @@ REDIS_FIELDS = {"listName", "streamName", "consumerGroup", "streamCount", "host"
 SQL_FIELDS = {"engine", "table", "dueColumn", "claimColumn", "unclaimedValue", "where", "query", "database", "user",
               "dsnSecretRef", "sslMode", "statementTimeout"}
 RABBITMQ_FIELDS = {"queue", "managementURL", "vhost", "count"}
+SQS_FIELDS = {"queueURL", "awsRegion", "accessKeyIdSecretRef", "secretAccessKeySecretRef", "sessionTokenSecretRef",
+              "includeInFlight"}
 
 
 def source_index(path: str) -> str:
@@ -100,7 +108,8 @@ def source_index(path: str) -> str:
     if not path.startswith("spec.sources[]."):
         return path
     field = path.split(".")[2]
-    index = 1 if field in REDIS_FIELDS else 2 if field in SQL_FIELDS else 3 if field in RABBITMQ_FIELDS else 0
+    index = next((i for i, fields in ((1, REDIS_FIELDS), (2, SQL_FIELDS), (3, RABBITMQ_FIELDS), (4, SQS_FIELDS))
+                  if field in fields), 0)
     return path.replace("spec.sources[]", f"spec.sources[{index}]", 1)
 
 
@@ -326,6 +335,9 @@ STRING_PROBES = [
     ("spec.sources[3].managementURL", "https://rabbitmq.shop.svc:15671/mgmt", True),
     ("spec.sources[3].managementURL", "http://guest:guest@rabbitmq:15672", False),
     ("spec.sources[3].count", "unacked", False),
+    ("spec.sources[4].queueURL", "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", True),
+    ("spec.sources[4].queueURL", "https://sqs.eu-west-1.amazonaws.com/orders", False),
+    ("spec.sources[4].awsRegion", "Europe", False),
     ("spec.aggregation", "avg", False),
     ("spec.fallback.mode", "scale", False),
     ("spec.policy.scaleUp.policies[0].type", "Replicas", False),
@@ -403,6 +415,7 @@ CROSS_FIELD_PROBES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
      ("spec.sources[2].table", "spec.sources[2].dueColumn")),
     ("sql without a host", {}, ("spec.sources[2].host",)),
     ("rabbitmq without a management URL", {}, ("spec.sources[3].managementURL",)),
+    ("sqs without a secret key", {}, ("spec.sources[4].secretAccessKeySecretRef",)),
     ("polling below a second", {"spec.pollingInterval": "500ms"}, ()),
     ("polling of a second in ms", {"spec.pollingInterval": "1000ms"}, ()),
     ("polling of 1.5 seconds as text", {"spec.pollingInterval": "1.5"}, ()),

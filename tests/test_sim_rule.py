@@ -110,12 +110,14 @@ async def test_a_visible_count_source_peeks_below_32_and_falls_back_above() -> N
     assert (await source.poll(10)).count == 60  # 55 visible: peek says "32 or more", so the approximate count
 
 
-async def test_redis_and_sql_sources_read_what_their_kind_counts() -> None:
+async def test_each_kind_of_source_reads_what_its_kind_counts() -> None:
     from controller.simulator.adapters import SimulatedSource
     from controller.simulator.world import World
+    from controller.sources.aws_sqs import AwsSqsSource
     from controller.sources.rabbitmq import RabbitMqSource
     from controller.sources.redis_list import RedisListSource
     from controller.sources.sql_table import SqlTableSource
+    from controller.spec import SecretKeyRef
 
     sc = scenario(workers={"startupDelay": 0, "serviceTime": 30, "initialReplicas": 5})
     world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
@@ -129,6 +131,12 @@ async def test_redis_and_sql_sources_read_what_their_kind_counts() -> None:
                            stream_count="pendingAndLag")
     ready = RabbitMqSource(type="rabbitmq", queue="q", management_url="http://r")
     unacked = RabbitMqSource(type="rabbitmq", queue="q", management_url="http://r", count="readyAndUnacked")
-    specs = (lists, table, pending, both, ready, unacked)
+    key_id, secret_key = SecretKeyRef("aws", "id"), SecretKeyRef("aws", "secret")
+    sqs = AwsSqsSource(type="aws-sqs", queue_url="https://q/123456789012/q", region="eu-west-1",
+                       access_key_id_secret_ref=key_id, secret_access_key_secret_ref=secret_key)
+    sqs_all = AwsSqsSource(type="aws-sqs", queue_url="https://q/123456789012/q", region="eu-west-1",
+                           access_key_id_secret_ref=key_id, secret_access_key_secret_ref=secret_key,
+                           include_in_flight=True)
+    specs = (lists, table, pending, both, ready, unacked, sqs, sqs_all)
     counts = [(await SimulatedSource(spec, world).poll(10)).count for spec in specs]
-    assert counts == [15, 15, 5, 20, 15, 20]  # 5 in flight, 4 not yet due: a list and a table see neither
+    assert counts == [15, 15, 5, 20, 15, 20, 15, 20]  # 5 in flight, 4 not yet due: a list and a table see neither

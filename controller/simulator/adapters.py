@@ -30,22 +30,26 @@ class VirtualClock:
         self.t += max(0.0, seconds)
 
 
-_KIND_COUNTS: dict[tuple[str, str | None], Callable[[World], int]] = {
+_KIND_COUNTS: dict[tuple[str, str | bool | None], Callable[[World], int]] = {
     ("redis-list", None): lambda world: world.visible_count,
     ("redis-list", "pending"): lambda world: world.in_flight_count,
     ("redis-list", "pendingAndLag"): lambda world: world.visible_count + world.in_flight_count,
     ("sql-table", None): lambda world: world.visible_count,
     ("rabbitmq", "ready"): lambda world: world.visible_count,
     ("rabbitmq", "readyAndUnacked"): lambda world: world.visible_count + world.in_flight_count,
+    ("aws-sqs", False): lambda world: world.visible_count,
+    ("aws-sqs", True): lambda world: world.visible_count + world.in_flight_count,
 }
 
 
-def _count_mode(spec: SourceSpec) -> str | None:
+def _count_mode(spec: SourceSpec) -> str | bool | None:
     """Which of its kind's counts a source reads (read by name: the simulator does not import the sources)."""
     if spec.type == "redis-list":
         return getattr(spec, "stream_count", None) if getattr(spec, "stream_name", None) else None
     if spec.type == "rabbitmq":
         return getattr(spec, "count", None)
+    if spec.type == "aws-sqs":
+        return bool(getattr(spec, "include_in_flight", False))
     return None
 
 

@@ -3,7 +3,7 @@
 Importing this package registers every built-in kind with the spec parser and the source registry.
 """
 
-from controller.sources import azure_queue, rabbitmq, redis_list, sql_table
+from controller.sources import aws_sqs, azure_queue, rabbitmq, redis_list, sql_table
 from controller.sources.base import (
     SecretResolver,
     SecretUnavailable,
@@ -13,6 +13,6 @@ from controller.sources.base import (
 )
 
 __all__ = [
-    "SecretResolver", "SecretUnavailable", "Source", "SourceContext", "azure_queue", "build_source", "rabbitmq",
-    "redis_list", "sql_table",
+    "SecretResolver", "SecretUnavailable", "Source", "SourceContext", "aws_sqs", "azure_queue", "build_source",
+    "rabbitmq", "redis_list", "sql_table",
 ]
