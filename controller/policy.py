@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from controller.spec import DirectionPolicy, QueueScalerSpec, format_duration
+from controller.spec import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec, format_duration
 
 
 class Reason(StrEnum):
@@ -45,6 +45,7 @@ class Reason(StrEnum):
     WITHIN_TOLERANCE = "WithinTolerance"
     STEADY = "Steady"
     INACTIVE = "Inactive"
+    ACTIVATION_DEFERRED = "ActivationDeferred"
     PENDING_SCALE_TO_ZERO = "PendingScaleToZero"
     POLL_FAILED = "PollFailed"
     FALLBACK = "Fallback"
@@ -94,6 +95,9 @@ class Observation:
 
     def total(self, spec: QueueScalerSpec) -> float | None:
         """Weighted sum or max over the sources that answered; None when none did."""
+        if len(self.readings) == 1:  # the common case, on every tick's trend: no lists
+            count = self.readings[0].count
+            return None if count is None else count * spec.sources[0].weight
         weighted = [
             r.count * source.weight
             for r, source in zip(self.readings, spec.sources, strict=False)
@@ -105,17 +109,25 @@ class Observation:
 
 
 def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float) -> float | None:
-    """Least-squares slope of the total count (messages/s) over the trend window; None with too few points."""
+    """The count's slope (messages/s) over the trend window: the median of the pairwise slopes (Theil-Sen).
+
+    Robust to a single jump: a burst that lands between two polls is backlog, not a rate, and must not be
+    projected forward as one. None with fewer than two points.
+    """
     start = now - spec.policy.trend_window
     points = [(o.time, total) for o in observations if o.time >= start and (total := o.total(spec)) is not None]
     if len(points) < 2:
         return None
-    mean_t = sum(t for t, _ in points) / len(points)
-    mean_c = sum(c for _, c in points) / len(points)
-    spread = sum((t - mean_t) ** 2 for t, _ in points)
-    if spread <= 0:
+    slopes = sorted(
+        (c2 - c1) / (t2 - t1)
+        for i, (t1, c1) in enumerate(points)
+        for t2, c2 in points[i + 1:]
+        if t2 > t1
+    )
+    if not slopes:
         return None
-    return sum((t - mean_t) * (c - mean_c) for t, c in points) / spread
+    middle = len(slopes) // 2
+    return slopes[middle] if len(slopes) % 2 else (slopes[middle - 1] + slopes[middle]) / 2
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -146,6 +158,7 @@ class ScalingMemory:
     last_scale_up: float | None = None
     last_scale_down: float | None = None
     inactive_since: float | None = None
+    pending_since: float | None = None  # at zero replicas, when work first waited (rate mode defers waking)
     consecutive_failures: int = 0
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
@@ -169,6 +182,7 @@ class ScalingMemory:
             "lastScaleUp": self.last_scale_up,
             "lastScaleDown": self.last_scale_down,
             "inactiveSince": self.inactive_since,
+            "pendingSince": self.pending_since,
             "consecutiveFailures": self.consecutive_failures,
         }
 
@@ -189,6 +203,7 @@ class ScalingMemory:
                 last_scale_up=_time(data.get("lastScaleUp")),
                 last_scale_down=_time(data.get("lastScaleDown")),
                 inactive_since=_time(data.get("inactiveSince")),
+                pending_since=_time(data.get("pendingSince")),
                 consecutive_failures=_whole(data.get("consecutiveFailures", 0)),
             )
         except (TypeError, ValueError) as exc:
@@ -265,23 +280,80 @@ def effective_bounds(spec: QueueScalerSpec, now: float) -> Bounds:
     return Bounds(minimum, maximum, tuple(s.name for s in active))
 
 
-def raw_need(spec: QueueScalerSpec, count: float, slope: float | None, current: int) -> float:
-    """Replicas the count asks for, unrounded, before tolerance and limits."""
+# Rate mode without an explicit lookahead: a typical pod start-up (image pulled, process warm).
+DEFAULT_RATE_LOOKAHEAD = 30.0
+# Rate mode without an explicit drainTime: a backlog may take this share of targetWaitSeconds, less the
+# lookahead, to clear (the rest covers the wait a message already had and the error of the estimates). Tuned in
+# the simulator on the built-in scenarios (docs/benchmarks.md).
+DRAIN_SHARE_OF_TARGET_WAIT = 0.5
+DEFAULT_DRAIN_TIME = 60.0
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """The knobs a decision uses, after the defaults that depend on the mode were applied.
+
+    `target` is the count one replica is sized for. In count mode it is `targetPerReplica` (KEDA's queueLength).
+    In rate mode (serviceTime or throughputPerReplica given) it is derived: the messages one replica works on
+    (messagesPerReplica) plus the backlog it clears within the drain time (throughput x drainTime), so that at the
+    fixed point every replica is busy and a new message waits about the drain time.
+    """
+
+    mode: str  # "count" or "rate"
+    target: float
+    per_replica: int | None  # messages one replica works on at once; None: in-flight work is not split out
+    throughput: float | None  # messages per second one replica completes
+    lookahead: float
+    drain_time: float | None
+
+
+def sizing(spec: QueueScalerSpec) -> Sizing:
     policy = spec.policy
-    projected = count
-    if policy.lookahead > 0 and slope is not None and slope > 0:
-        # Pods started now only help after they start: size for the backlog they will find.
-        projected = count + slope * policy.lookahead
     throughput = policy.throughput_per_replica
+    if throughput is None and policy.service_time is not None:
+        throughput = (policy.messages_per_replica or 1) / policy.service_time
     if throughput is None:
-        return projected / policy.target_per_replica
-    # Rate-aware sizing: c >= arrivals/mu + backlog/(mu * drainTime). The count alone cannot separate arrivals
-    # from completions; while at least one message per replica is counted, every replica is taken to be busy,
-    # so completions ~= mu * current and arrivals ~= slope + mu * current.
-    change = slope or 0.0
-    saturated = current > 0 and count >= current
-    arrivals = max(0.0, change + throughput * current) if saturated else max(0.0, change)
-    return arrivals / throughput + projected / (throughput * policy.drain_time)
+        return Sizing(
+            mode="count",
+            target=policy.target_per_replica or DEFAULT_TARGET_PER_REPLICA,
+            per_replica=policy.messages_per_replica,
+            throughput=None,
+            lookahead=policy.lookahead or 0.0,
+            drain_time=None,
+        )
+    lookahead = policy.lookahead if policy.lookahead is not None else DEFAULT_RATE_LOOKAHEAD
+    drain = policy.drain_time
+    if drain is None:
+        if policy.target_wait is not None:
+            drain = max(spec.polling_interval, DRAIN_SHARE_OF_TARGET_WAIT * policy.target_wait)
+        else:
+            drain = DEFAULT_DRAIN_TIME
+    per_replica = policy.messages_per_replica or 1
+    return Sizing(
+        mode="rate",
+        target=policy.target_per_replica or per_replica + throughput * drain,
+        per_replica=per_replica,
+        throughput=throughput,
+        lookahead=lookahead,
+        drain_time=drain,
+    )
+
+
+def raw_need(spec: QueueScalerSpec, count: float, slope: float | None, current: int) -> float:
+    """Replicas the count asks for, unrounded, before tolerance and limits.
+
+    `(count + growth x lookahead) / target`: a growing queue is sized for what new pods will find when they
+    start. When messagesPerReplica is known (and always in rate mode), the approximate count's in-flight part
+    (at most messagesPerReplica per current replica) keeps its replicas: the need never drops below the replicas
+    that are busy, so a scale-in never counts on busy workers being idle.
+    """
+    size = sizing(spec)
+    growth = max(0.0, slope or 0.0)
+    need = (count + growth * size.lookahead) / size.target
+    if size.per_replica is not None:
+        in_flight = min(count, float(size.per_replica * current))
+        need = max(need, in_flight / size.per_replica)
+    return need
 
 
 def decide(
@@ -310,7 +382,8 @@ def decide(
         return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope)
 
     assert count is not None
-    memory = replace(memory, consecutive_failures=0)
+    if memory.consecutive_failures:
+        memory = replace(memory, consecutive_failures=0)
     return _on_count(spec, base, current, memory, now, bounds, count, slope)
 
 
@@ -371,7 +444,18 @@ def _on_count(
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False
-    if active:
+    deferred = False
+    pending_since = None
+    if active and current == 0:
+        # Rate mode knows how long work may wait: a trickle too small for a replica (need < 1) waits, up to the
+        # drain time, for company, instead of waking a pod for every message.
+        pending_since = memory.pending_since if memory.pending_since is not None else now
+        size = sizing(spec)
+        if size.drain_time is not None and policy.target_wait is not None and need < 1:
+            deferred = now - pending_since < size.drain_time
+    if deferred:
+        recommended = 0
+    elif active:
         recommended = max(recommended, 1)
     elif current == 0:
         recommended = 0
@@ -381,6 +465,8 @@ def _on_count(
         recommended = max(recommended, 1)
 
     memory = _remember(memory, spec, now, recommended, inactive_since)
+    if memory.pending_since != pending_since:
+        memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need)
 
     # Stabilization windows (HPA): going up takes the smallest recent recommendation, going down the largest.
@@ -391,9 +477,17 @@ def _on_count(
         stabilized = up_rec
     elif current > down_rec:
         stabilized = down_rec
+        delay = policy.scale_down.delay
+        if delay > 0:
+            # Release only capacity unneeded for the whole delay, then in one step to what the last polls
+            # want: one large step kills less in-flight work than a ramp of small ones.
+            if _window(memory.recommendations, now, delay, max) >= current:
+                stabilized = current
+            else:
+                stabilized = _window(memory.recommendations, now, delay, max)
     if to_zero:
         stabilized = 0  # the scale-to-zero delay is this step's own stabilization
-    if current == 0 and active:
+    if current == 0 and active and not deferred:
         stabilized = max(stabilized, 1)
 
     desired = stabilized
@@ -418,6 +512,9 @@ def _on_count(
         current=current, final=final, desired=desired, stabilized=stabilized, recommended=recommended,
         bounds=bounds, held_by_cooldown=held_by_cooldown, limited=limited, within_tolerance=within_tolerance,
         active=active, to_zero=to_zero, inactive_since=inactive_since, now=now, spec=spec,
+        deferred_until=(
+            pending_since + (sizing(spec).drain_time or 0.0) if deferred and pending_since is not None else None
+        ),
     )
     return replace(
         base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
@@ -448,6 +545,7 @@ def _explain(
     inactive_since: float | None,
     now: float,
     spec: QueueScalerSpec,
+    deferred_until: float | None = None,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
     by_schedule = f" (schedules: {', '.join(bounds.schedules)})" if bounds.schedules else ""
@@ -486,6 +584,10 @@ def _explain(
         return Reason.AT_MINIMUM, f"at the minimum {bounds.minimum}{by_schedule}"
     if stabilized == current and recommended != current:
         return Reason.HELD_BY_STABILIZATION, f"stabilization window: {keep} (recommended {recommended})"
+    if deferred_until is not None:
+        return Reason.ACTIVATION_DEFERRED, (
+            f"too little work for a replica yet: it may wait, waking one in {format_duration(deferred_until - now)}"
+        )
     if not active and current == 0:
         return Reason.INACTIVE, f"at or below the activation threshold {_n(spec.policy.activation_threshold)}"
     if not active and bounds.minimum == 0 and inactive_since is not None:
@@ -513,7 +615,8 @@ def _remember(
 ) -> ScalingMemory:
     """Add this tick's recommendation (as a run) and forget what no window or period can still see."""
     policy = spec.policy
-    horizon = max(policy.scale_up.stabilization_window, policy.scale_down.stabilization_window)
+    horizon = max(policy.scale_up.stabilization_window, policy.scale_down.stabilization_window,
+                  policy.scale_down.delay, 2 * spec.polling_interval)
     runs = list(memory.recommendations)
     if not runs or runs[-1].replicas != replicas:
         runs.append(Recommendation(now, replicas))
@@ -524,9 +627,16 @@ def _remember(
         first += 1
     periods = [p.period for d in (policy.scale_up, policy.scale_down) for p in d.policies]
     event_horizon = now - max(periods, default=0.0)
-    events = tuple(e for e in memory.scale_events if e.time > event_horizon)
-    return replace(
-        memory, recommendations=tuple(runs[first:]), scale_events=events, inactive_since=inactive_since
+    events = memory.scale_events
+    if events and events[0].time <= event_horizon:
+        events = tuple(e for e in events if e.time > event_horizon)
+    kept = memory.recommendations if first == 0 and len(runs) == len(memory.recommendations) else tuple(runs[first:])
+    if kept is memory.recommendations and events is memory.scale_events and inactive_since == memory.inactive_since:
+        return memory  # the usual tick: nothing to remember, nothing to allocate
+    return ScalingMemory(
+        recommendations=kept, scale_events=events, last_scale_up=memory.last_scale_up,
+        last_scale_down=memory.last_scale_down, inactive_since=inactive_since, pending_since=memory.pending_since,
+        consecutive_failures=memory.consecutive_failures,
     )
 
 

@@ -355,29 +355,40 @@ class StepPolicy:
 
 @dataclass(frozen=True)
 class DirectionPolicy:
-    """How one direction (up or down) may move."""
+    """How one direction (up or down) may move. `delay` is for scale-down only."""
 
     cooldown: float = 0.0
     stabilization_window: float = 0.0
     policies: tuple[StepPolicy, ...] = ()
     select_policy: Literal["Max", "Min", "Disabled"] = "Max"
+    delay: float = 0.0
 
 
 DEFAULT_SCALE_UP = DirectionPolicy(cooldown=0.0, stabilization_window=0.0)
-DEFAULT_SCALE_DOWN = DirectionPolicy(cooldown=0.0, stabilization_window=120.0)
+DEFAULT_SCALE_DOWN = DirectionPolicy(cooldown=0.0, stabilization_window=0.0, delay=120.0)
+
+
+DEFAULT_TARGET_PER_REPLICA = 5.0
 
 
 @dataclass(frozen=True)
 class Policy:
-    """How a count becomes a replica count."""
+    """How a count becomes a replica count.
 
-    target_per_replica: float = 5.0
+    Optional knobs (None) get values that depend on the mode; `controller.policy.sizing` derives them. A rule that
+    states `targetWaitSeconds` and `serviceTime` (or `throughputPerReplica`) needs nothing else.
+    """
+
+    target_per_replica: float | None = None
     activation_threshold: float = 0.0
     tolerance: float = 0.1
-    lookahead: float = 0.0
+    lookahead: float | None = None
     trend_window: float = 60.0
     throughput_per_replica: float | None = None
-    drain_time: float = 60.0
+    service_time: float | None = None
+    messages_per_replica: int | None = None
+    target_wait: float | None = None
+    drain_time: float | None = None
     scale_to_zero_delay: float = 300.0
     scale_up: DirectionPolicy = DEFAULT_SCALE_UP
     scale_down: DirectionPolicy = DEFAULT_SCALE_DOWN
@@ -506,7 +517,7 @@ def _parse_source(item: object, path: str, errors: list[FieldError]) -> SourceSp
     return source
 
 
-def _parse_direction(f: Fields, default: DirectionPolicy) -> DirectionPolicy:
+def _parse_direction(f: Fields, default: DirectionPolicy, *, allow_delay: bool = False) -> DirectionPolicy:
     policies: list[StepPolicy] = []
     for item, path in f.items("policies", max_items=10):
         p = Fields(item, path, f.errors)
@@ -522,6 +533,7 @@ def _parse_direction(f: Fields, default: DirectionPolicy) -> DirectionPolicy:
         stabilization_window=f.duration("stabilizationWindow", default.stabilization_window),
         policies=tuple(policies) if f.has("policies") else default.policies,
         select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), default.select_policy),  # type: ignore[arg-type]
+        delay=f.duration("delay", default.delay) if allow_delay else 0.0,
     )
     f.finish()
     return direction
@@ -529,17 +541,24 @@ def _parse_direction(f: Fields, default: DirectionPolicy) -> DirectionPolicy:
 
 def _parse_policy(f: Fields) -> Policy:
     policy = Policy(
-        target_per_replica=f.number("targetPerReplica", Policy.target_per_replica, exclusive_minimum=0.0),
+        target_per_replica=f.optional_number("targetPerReplica", exclusive_minimum=0.0),
         activation_threshold=f.number("activationThreshold", Policy.activation_threshold, minimum=0.0),
         tolerance=f.number("tolerance", Policy.tolerance, minimum=0.0, maximum=1.0),
-        lookahead=f.duration("lookahead", Policy.lookahead),
+        lookahead=f.optional_duration("lookahead"),
         trend_window=f.duration("trendWindow", Policy.trend_window, minimum=1.0),
         throughput_per_replica=f.optional_number("throughputPerReplica", exclusive_minimum=0.0),
-        drain_time=f.duration("drainTime", Policy.drain_time, minimum=1.0),
+        service_time=f.optional_duration("serviceTime", minimum=0.001),
+        messages_per_replica=f.optional_integer("messagesPerReplica", minimum=1),
+        target_wait=f.optional_duration("targetWaitSeconds", minimum=1.0),
+        drain_time=f.optional_duration("drainTime", minimum=1.0),
         scale_to_zero_delay=f.duration("scaleToZeroDelay", Policy.scale_to_zero_delay),
         scale_up=_parse_direction(f.child("scaleUp"), DEFAULT_SCALE_UP),
-        scale_down=_parse_direction(f.child("scaleDown"), DEFAULT_SCALE_DOWN),
+        scale_down=_parse_direction(f.child("scaleDown"), DEFAULT_SCALE_DOWN, allow_delay=True),
     )
+    if policy.service_time is not None and policy.throughput_per_replica is not None:
+        f.error("serviceTime", "cannot be combined with throughputPerReplica: give one of them")
+    if policy.target_wait is not None and policy.service_time is None and policy.throughput_per_replica is None:
+        f.error("targetWaitSeconds", "needs serviceTime or throughputPerReplica: how long a message takes")
     f.finish()
     return policy
 

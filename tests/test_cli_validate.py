@@ -25,7 +25,7 @@ def test_shipped_examples_are_valid() -> None:
     result = run_cli("validate", *examples)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout == ""
-    assert "2 of 2 rules valid" in result.stderr
+    assert f"{len(examples) - 1} of {len(examples) - 1} rules valid" in result.stderr  # one file is a Secret
 
 
 def test_broken_rules_give_one_line_per_error() -> None:

@@ -41,7 +41,8 @@ def secret_ref(name: str = "queue") -> dict[str, str]:
     return {"name": name, "key": "value"}
 
 
-# Every field the CRD knows, set once (not a valid rule: every way to authenticate at once).
+# Every field the CRD knows, set once (not a valid rule: every way to authenticate at once, and both serviceTime
+# and throughputPerReplica).
 EVERY_FIELD: dict[str, Any] = {
     "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "every-field"},
     "spec": {
@@ -69,9 +70,10 @@ EVERY_FIELD: dict[str, Any] = {
         "policy": {
             "targetPerReplica": 5, "activationThreshold": 0, "tolerance": 0.1, "lookahead": "30s",
             "trendWindow": "1m", "throughputPerReplica": 2, "drainTime": "1m", "scaleToZeroDelay": "5m",
+            "serviceTime": "2s", "messagesPerReplica": 2, "targetWaitSeconds": "1m",
             "scaleUp": {"cooldown": 0, "stabilizationWindow": 0, "selectPolicy": "Max",
                         "policies": [{"type": "Pods", "value": 4, "period": "30s"}]},
-            "scaleDown": {"cooldown": "1m", "stabilizationWindow": "2m", "selectPolicy": "Min",
+            "scaleDown": {"cooldown": "1m", "stabilizationWindow": "2m", "selectPolicy": "Min", "delay": "1m",
                           "policies": [{"type": "Percent", "value": 50, "period": "1m"}]},
         },
         "fallback": {"failureThreshold": 3, "mode": "fixed", "replicas": 1},
@@ -93,6 +95,7 @@ VALID["spec"]["sources"] = [
     {"type": "aws-sqs", "queueURL": "http://127.0.0.1:4566/123456789012/orders", "awsRegion": "eu-west-1",
      "accessKeyIdSecretRef": secret_ref(), "secretAccessKeySecretRef": secret_ref()},
 ]
+del VALID["spec"]["policy"]["serviceTime"]
 # Which of VALID's sources a probe of a kind's own field goes to (the others are azure-queue's, source 0).
 REDIS_FIELDS = {"listName", "streamName", "consumerGroup", "streamCount", "host", "port", "db", "username",
                 "passwordSecretRef", "urlSecretRef", "tls"}
@@ -294,10 +297,22 @@ def python_path(path: str) -> str:
     return path.replace("[]", "[0]")
 
 
+# Fields that exclude each other: probing one removes the other, so only the bound decides.
+EXCLUSIVE = {"spec.policy.serviceTime": "throughputPerReplica"}
+
+
+def probe_base(path: str) -> dict[str, Any]:
+    doc = copy.deepcopy(VALID)
+    partner = EXCLUSIVE.get(path.replace("[0]", "[]"))
+    if partner is not None:
+        doc["spec"]["policy"].pop(partner, None)
+    return doc
+
+
 @pytest.mark.parametrize(("path", "value", "valid"), list(bound_probes()))
 def test_numeric_bounds_agree(path: str, value: Any, valid: bool) -> None:
     path = source_index(path)
-    doc = copy.deepcopy(VALID)
+    doc = probe_base(path)
     set_path(doc, path, value)
     at = python_path(path)
     assert (at not in schema_error_paths(doc)) is valid, f"CRD on {at}={value}"
@@ -352,7 +367,7 @@ STRING_PROBES = [
 
 @pytest.mark.parametrize(("path", "value", "valid"), STRING_PROBES)
 def test_string_patterns_and_enums_agree(path: str, value: Any, valid: bool) -> None:
-    doc = copy.deepcopy(VALID)
+    doc = probe_base(path)
     set_path(doc, path.replace("[0]", "[]"), value)
     crd_valid = not any(p == path or p.startswith(path + "[") for p in schema_error_paths(doc))
     assert crd_valid is valid, f"CRD on {path}={value!r}"
@@ -422,13 +437,16 @@ CROSS_FIELD_PROBES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
     ("trend window below a second", {"spec.policy.trendWindow": "0.5"}, ()),
     ("step period below a second", {"spec.policy.scaleUp.policies[].period": "900ms"}, ()),
     ("drain time of an hour", {"spec.policy.drainTime": "1h"}, ()),
+    ("service time and throughput", {"spec.policy.serviceTime": "2s"}, ()),
+    ("wait objective without a service time", {}, ("spec.policy.throughputPerReplica",)),
+    ("wait objective with a service time", {"spec.policy.serviceTime": "2s"}, ("spec.policy.throughputPerReplica",)),
 ]
 
 
 VALID_PROBES = {
     "valid", "min equal to max", "hold fallback", "schedule over midnight", "account key with an account",
     "workload identity in China", "polling of a second in ms", "polling of 1.5 seconds as text",
-    "drain time of an hour", "redis url alone", "sql query alone",
+    "drain time of an hour", "wait objective with a service time", "redis url alone", "sql query alone",
 }
 
 

@@ -1,8 +1,8 @@
 """End to end: `queuescale run` in a subprocess, a real Azurite, and the fake API server.
 
-Each test enqueues with the Azure SDK (and one also with redis-cli), lets the operator poll and scale through the scale subresource, and checks
-what a user would see: the Deployment's replicas, the rule's status and conditions, events, /metrics, and the
-printer columns.
+Each test enqueues with the Azure SDK (one also with redis-cli), lets the operator poll and scale through the
+scale subresource, and checks what a user would see: the Deployment's replicas, the rule's status and conditions,
+events, /metrics, and the printer columns.
 """
 
 from __future__ import annotations
@@ -214,24 +214,22 @@ def test_burst_scales_up_then_drains_to_zero_and_everything_tells_the_same_story
              describe=lambda: f"replicas {replicas(kube, 'orders')}, {status(kube, 'orders').get('lastDecision')}")
     assert time.monotonic() - sent < 4.0  # one 1 s polling interval, plus start-up of the HTTP pools
 
-    wait_for("status to show the whole burst", lambda: status(kube, "orders").get("queueLength") == 95
-             and status(kube, "orders").get("desiredReplicas") == 10)
+    # Counts alone are written at most every --status-interval (1 s here): wait for the last one.
+    wait_for("status to show the scale", lambda: status(kube, "orders").get("desiredReplicas") == 10
+             and status(kube, "orders").get("queueLength") == 95, describe=lambda: str(status(kube, "orders")))
     current = status(kube, "orders")
-    assert current["queueLength"] == 95 and current["currentReplicas"] == 10
+    assert current["currentReplicas"] == 10
     assert current["sources"][0]["count"] == 95
-    # Sending 95 messages can outlast a 1 s polling interval on a busy machine: a poll that lands mid-burst makes
-    # the way up two steps (0 -> n, then n -> 10), which is right, so both stories are accepted.
-    scaled = [e["message"] for e in events(kube, "orders") if e["reason"] == "ScaledUp"]
-    assert scaled and scaled[0].startswith("0 -> ") and ": ActivatedFromZero" in scaled[0]
-    mid_burst = not scaled[0].startswith("0 -> 10: ")
-    assert len(scaled) == 1 + mid_burst and scaled[-1].split(":")[0].endswith(" -> 10"), scaled
     active = condition(kube, "orders", "Active")
-    reasons = ("ActivatedFromZero", "WithinTolerance", "Steady") + (("ScaledUp",) if mid_burst else ())
-    assert active["status"] == "True" and active["reason"] in reasons
+    assert active["status"] == "True"
+    assert active["reason"] in ("ActivatedFromZero", "ScaledUp", "WithinTolerance", "Steady")
+    # A poll may land mid-burst (a loaded machine sends slowly): the first step wakes from zero, the last is 10.
+    scaled = [e["message"] for e in events(kube, "orders") if e["reason"] == "ScaledUp"]
+    assert scaled[0].startswith("0 -> ") and "ActivatedFromZero" in scaled[0]
+    assert scaled[-1].split(":")[0].endswith("-> 10")
     metrics = operator.metrics()
     assert 'queuescale_desired_replicas{namespace="shop",rule="orders"} 10.0' in metrics
-    assert ('queuescale_scale_operations_total{direction="up",namespace="shop",result="success",rule="orders"} '
-            f"{1 + mid_burst}.0") in metrics
+    assert 'queuescale_scale_operations_total{direction="up",namespace="shop",result="success",rule="orders"} 1.0' in metrics
     assert "queuescale_leader 1.0" in metrics
     table = kube.table("qs", NS)
     assert "orders" in table.splitlines()[1] and " 10 " in table.splitlines()[1]

@@ -15,10 +15,11 @@ from controller.policy import (
     decide,
     effective_bounds,
     raw_need,
+    sizing,
 )
 from tests.policy_helpers import MONDAY_0900_UTC, Run, make_spec, seen
 
-NO_WINDOWS = {"scaleDown": {"stabilizationWindow": 0}}
+NO_WINDOWS = {"scaleDown": {"stabilizationWindow": 0, "delay": 0}}
 
 
 # ---------------------------------------------------------------------------------------------- thresholds
@@ -143,26 +144,67 @@ def test_trend_uses_least_squares_over_the_window() -> None:
     assert d.trend == pytest.approx(10.0)
 
 
-def test_throughput_sizing_when_every_replica_is_busy() -> None:
-    # mu = 2/s per replica, drain in 60 s. 240 waiting with 10 replicas, steady count: arrivals = 0 + 2 * 10 = 20/s.
-    spec = make_spec(policy={"throughputPerReplica": 2, "drainTime": "60s"})
-    assert raw_need(spec, 240, 0.0, 10) == pytest.approx(20 / 2 + 240 / (2 * 60))
-    d = Run(spec, current=10).tick(0, 240)
-    assert d.desired == 12
+def test_rate_mode_derives_its_target_from_the_wait_objective() -> None:
+    # 2 messages at once per replica, 4 s each: 0.5 message/s per replica. targetWaitSeconds 60: a backlog may take
+    # half of it, 30 s, so one replica is sized for 2 in flight + 0.5 * 30 = 17 messages.
+    spec = make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s", "messagesPerReplica": 2})
+    size = sizing(spec)
+    assert (size.mode, size.per_replica, size.throughput) == ("rate", 2, 0.5)
+    assert (size.drain_time, size.target, size.lookahead) == (30.0, 17.0, 30.0)
+    assert raw_need(spec, 170, 0.0, 1) == pytest.approx(10.0)
+    d = Run(spec, current=1).tick(0, 170)
+    assert (d.desired, d.reason) == (10, Reason.SCALED_UP)
 
 
-def test_throughput_sizing_with_idle_replicas_trusts_only_the_trend() -> None:
+def test_rate_mode_never_sizes_below_the_busy_replicas() -> None:
+    # 12 in flight on 6 replicas of 2 slots: 12 / 17 would ask for 1, but six replicas are working.
+    spec = make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s", "messagesPerReplica": 2})
+    assert raw_need(spec, 12, 0.0, 6) == pytest.approx(6.0)
+    # Only what the current replicas can hold counts as in flight: 12 messages on 3 replicas, 6 in flight.
+    assert raw_need(spec, 12, 0.0, 3) == pytest.approx(3.0)
+
+
+def test_growth_is_projected_over_the_lookahead() -> None:
+    spec = make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s", "messagesPerReplica": 2,
+                             "lookahead": "20s"})
+    # (34 + 1.7/s * 20 s) / 17 = 4
+    assert raw_need(spec, 34, 1.7, 1) == pytest.approx(4.0)
+    assert raw_need(spec, 34, -5.0, 1) == pytest.approx(2.0)  # a draining queue is not projected down
+
+
+def test_throughput_per_replica_and_explicit_knobs_override_the_derived_ones() -> None:
     spec = make_spec(policy={"throughputPerReplica": 2, "drainTime": "60s"})
-    # 5 messages for 10 replicas: not every replica is busy, so arrivals are only what the count shows.
-    assert raw_need(spec, 5, 0.5, 10) == pytest.approx(0.5 / 2 + 5 / 120)
-    assert raw_need(spec, 5, None, 10) == pytest.approx(5 / 120)
+    size = sizing(spec)
+    assert (size.per_replica, size.target, size.drain_time) == (1, 1 + 2 * 60, 60.0)
+    explicit = make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s", "targetPerReplica": 40})
+    assert sizing(explicit).target == 40.0
+
+
+def test_count_mode_with_messages_per_replica_keeps_busy_replicas() -> None:
+    # KEDA's formula alone (10 / 5 = 2) would scale 10 busy single-message workers down to 2 (kedacore/keda#636).
+    keda_like = make_spec(policy={"targetPerReplica": 5})
+    assert raw_need(keda_like, 10, 0.0, 10) == pytest.approx(2.0)
+    honest = make_spec(policy={"targetPerReplica": 5, "messagesPerReplica": 1})
+    assert raw_need(honest, 10, 0.0, 10) == pytest.approx(10.0)
+
+
+def test_rate_mode_lets_a_trickle_wait_for_company_at_zero() -> None:
+    # 1 message, target 17 per replica: too little for a replica; it may wait the 30 s drain time.
+    run = Run(make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s", "messagesPerReplica": 2}))
+    first = run.tick(0, 1)
+    assert (first.desired, first.reason) == (0, Reason.ACTIVATION_DEFERRED)
+    assert "waking one in 30s" in first.message
+    assert run.tick(20, 3).desired == 0
+    assert run.tick(30, 3).desired == 1
+    # A real burst wakes at once.
+    assert Run(make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s"})).tick(0, 500).desired >= 1
 
 
 # ---------------------------------------------------------------------------------------------- windows, cooldowns
 
 
 def test_scale_down_waits_for_the_stabilization_window() -> None:
-    run = Run(make_spec(policy={"scaleDown": {"stabilizationWindow": "60s"}}), current=20)
+    run = Run(make_spec(policy={"scaleDown": {"stabilizationWindow": "60s", "delay": 0}}), current=20)
     assert run.tick(0, 100).desired == 20
     held = run.tick(10, 10)
     assert (held.desired, held.reason, held.recommended) == (20, Reason.HELD_BY_STABILIZATION, 2)
@@ -172,12 +214,26 @@ def test_scale_down_waits_for_the_stabilization_window() -> None:
 
 
 def test_scale_down_takes_the_highest_recommendation_in_the_window() -> None:
-    run = Run(make_spec(policy={"scaleDown": {"stabilizationWindow": "60s"}}), current=20)
+    run = Run(make_spec(policy={"scaleDown": {"stabilizationWindow": "60s", "delay": 0}}), current=20)
     run.tick(0, 100)  # 20
     run.tick(10, 50)  # 10
     run.tick(20, 10)  # 2
     assert run.tick(75, 10).desired == 10  # 20 left the window at t=70; 10 is still in it
     assert run.tick(80, 10).desired == 2
+
+
+def test_scale_down_delay_releases_in_one_step_after_the_delay() -> None:
+    # The default: capacity is released once unneeded for 2 minutes, straight to what those 2 minutes needed.
+    run = Run(make_spec(), current=20)
+    run.tick(0, 100)  # 20
+    for t in range(10, 130, 10):
+        assert run.tick(t, 30 if t < 60 else 10).desired == 20  # 6, then 2: not below 20 for 2 minutes yet
+    held = run.decisions[-1]
+    assert held.reason == Reason.HELD_BY_STABILIZATION
+    down = run.tick(130, 10)
+    assert (down.desired, down.reason) == (6, Reason.SCALED_DOWN)  # the most the last 2 minutes asked for
+    assert run.tick(170, 10).desired == 6  # 6 was still wanted at t=60, inside (50, 170]
+    assert run.tick(180, 10).desired == 2
 
 
 def test_scale_up_stabilization_takes_the_lowest_recommendation() -> None:
@@ -197,7 +253,7 @@ def test_scale_up_cooldown_holds_a_second_scale_up() -> None:
 
 
 def test_scale_down_cooldown_counts_from_any_scale() -> None:
-    run = Run(make_spec(policy={"scaleDown": {"cooldown": "60s", "stabilizationWindow": 0}}), current=1)
+    run = Run(make_spec(policy={"scaleDown": {"cooldown": "60s", "stabilizationWindow": 0, "delay": 0}}), current=1)
     run.tick(0, 100)  # up to 20 at t=0
     held = run.tick(30, 10)
     assert (held.desired, held.reason) == (20, Reason.HELD_BY_COOLDOWN)
@@ -205,7 +261,7 @@ def test_scale_down_cooldown_counts_from_any_scale() -> None:
 
 
 def test_scale_up_is_not_blocked_by_the_scale_down_cooldown() -> None:
-    run = Run(make_spec(policy={"scaleDown": {"cooldown": "10m", "stabilizationWindow": 0}}), current=20)
+    run = Run(make_spec(policy={"scaleDown": {"cooldown": "10m", "stabilizationWindow": 0, "delay": 0}}), current=20)
     run.tick(0, 10)  # down to 2
     assert run.tick(5, 1000).desired == 200
 

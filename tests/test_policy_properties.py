@@ -36,10 +36,16 @@ def specs(draw: st.DrawFn) -> QueueScalerSpec:
         "scaleToZeroDelay": draw(durations),
         "scaleUp": {"cooldown": draw(durations), "stabilizationWindow": draw(durations), "policies": up_policies},
         "scaleDown": {"cooldown": draw(durations), "stabilizationWindow": draw(durations),
-                      "policies": down_policies},
+                      "delay": draw(durations), "policies": down_policies},
     }
-    if draw(st.booleans()):
+    mode = draw(st.sampled_from(["count", "throughput", "latency"]))
+    if mode == "throughput":
         policy["throughputPerReplica"] = draw(st.sampled_from([0.5, 2, 10]))
+    elif mode == "latency":
+        policy["targetWaitSeconds"] = draw(st.sampled_from([10, 60, 600]))
+        policy["serviceTime"] = draw(st.sampled_from([0.2, 2, 40]))
+        policy["messagesPerReplica"] = draw(st.integers(1, 8))
+        del policy["targetPerReplica"]
     fields: dict[str, Any] = {"minReplicas": minimum, "maxReplicas": maximum, "policy": policy}
     if draw(st.booleans()):
         fields["fallback"] = {"failureThreshold": draw(st.integers(1, 4)), "mode": "fixed",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 import controller.sources  # noqa: F401  (registers azure-queue with the spec parser)
-from controller.policy import Observation, ScalingMemory, SourceReading, decide
+from controller.policy import Observation, ScalingMemory, SourceReading, decide, sizing
 from controller.simulator.adapters import RuleAutoscaler, VirtualClock
 from controller.simulator.command import default_rule
 from controller.simulator.run import Contender, simulate
@@ -76,8 +76,11 @@ def test_the_default_rule_is_sized_from_the_scenario() -> None:
     sc = scenario(slo={"waitSeconds": 60}, workers={"serviceTime": 3, "concurrency": 2, "startupDelay": 25,
                                                      "maxReplicas": 30})
     rule = default_rule(sc)
-    assert rule.spec.policy.target_per_replica == 20  # 2 slots * 60 s / 2 / 3 s
-    assert rule.spec.policy.lookahead == 25
+    policy = rule.spec.policy
+    assert (policy.target_wait, policy.service_time, policy.messages_per_replica) == (60, 3, 2)
+    assert policy.lookahead == 25
+    assert sizing(rule.spec).target == 2 + 2 / 3 * 30  # 2 slots + throughput x half the wait objective
+    assert rule.spec.max_replicas == 30
     assert rule.spec.max_replicas == 30
 
 

@@ -82,10 +82,12 @@ def test_minimal_rule_gets_every_default() -> None:
     assert spec.scale_target_ref.kind == "Deployment"
     assert (spec.min_replicas, spec.max_replicas, spec.polling_interval) == (0, 10, 10.0)
     assert spec.aggregation == "sum"
-    assert spec.policy.target_per_replica == 5.0
+    assert spec.policy.target_per_replica is None  # 5 in count mode, derived in rate mode
     assert spec.policy.activation_threshold == 0.0
     assert spec.policy.tolerance == 0.1
-    assert spec.policy.scale_down.stabilization_window == 120.0
+    assert spec.policy.scale_down.stabilization_window == 0.0
+    assert spec.policy.scale_down.delay == 120.0
+    assert spec.policy.target_wait is None and spec.policy.messages_per_replica is None
     assert spec.policy.scale_up.policies == ()
     assert spec.policy.scale_to_zero_delay == 300.0
     assert (spec.fallback.failure_threshold, spec.fallback.mode, spec.fallback.replicas) == (3, "hold", None)
@@ -173,11 +175,27 @@ def test_examples_parse() -> None:
         ("spec.fallback.mode", "drop", 'spec.fallback.mode: must be one of hold, fixed, got "drop"'),
         ("spec.fallback.replicas", 3, 'spec.fallback.replicas: applies only when mode is "fixed"'),
         ("spec.policy.scalUp", {}, "spec.policy.scalUp: unknown field"),
+        ("spec.policy.messagesPerReplica", 0, "spec.policy.messagesPerReplica: must be >= 1, got 0"),
+        ("spec.policy.serviceTime", 0, "spec.policy.serviceTime: must be a duration >= 1ms, got 0"),
+        ("spec.policy", {"targetWaitSeconds": "0.5s", "serviceTime": 1},
+         'spec.policy.targetWaitSeconds: must be a duration >= 1s, got "0.5s"'),
+        ("spec.policy.scaleDown.delay", "-1s", 'spec.policy.scaleDown.delay: must be a duration >= 0, got "-1s"'),
+        ("spec.policy.scaleUp.delay", "1m", "spec.policy.scaleUp.delay: unknown field"),
     ],
 )
 def test_every_bad_field_names_its_path(path: str, value: object, expected: str) -> None:
     message = one_error(with_path(rule(), path, value))
     assert message.startswith(expected), message
+
+
+def test_wait_objective_needs_a_service_time_and_takes_one_kind_of_it() -> None:
+    assert one_error(rule(policy={"targetWaitSeconds": 60})) == (
+        "spec.policy.targetWaitSeconds: needs serviceTime or throughputPerReplica: how long a message takes")
+    assert one_error(rule(policy={"serviceTime": "2s", "throughputPerReplica": 3})) == (
+        "spec.policy.serviceTime: cannot be combined with throughputPerReplica: give one of them")
+    policy = parse_queuescaler(rule(policy={"targetWaitSeconds": "2m", "serviceTime": "1.5s",
+                                             "messagesPerReplica": 4})).spec.policy
+    assert (policy.target_wait, policy.service_time, policy.messages_per_replica) == (120.0, 1.5, 4)
 
 
 def test_min_above_max_is_reported_on_max() -> None:

@@ -56,6 +56,8 @@ def _count_mode(spec: SourceSpec) -> str | bool | None:
 class SimulatedSource:
     """The `Source` of a rule, reading the simulated queue the way Azure answers."""
 
+    answers_at_once = True  # no I/O: the reconciler skips the poll timer
+
     def __init__(self, spec: SourceSpec, world: World) -> None:
         self._spec = spec
         self.world = world

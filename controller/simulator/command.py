@@ -45,15 +45,13 @@ class InputError(Exception):
 
 
 def default_rule(scenario: Scenario) -> QueueScaler:
-    """The rule used when none is given: our defaults, sized from the scenario.
+    """The rule used when none is given: the latency-first policy, told what the scenario says a user knows.
 
-    targetPerReplica is the backlog one replica clears in half the SLO (concurrency * SLO / 2 / mean service
-    time), and lookahead is the pods' start-up delay, so the count is projected to when new pods can help.
-    Scale-down is gentle (5-minute window, at most 20 % a minute): with the count including in-flight messages,
-    a count-based rule otherwise cycles between too few and too many replicas under steady load.
+    `targetWaitSeconds` is the scenario's SLO, `serviceTime` the mean service time, `messagesPerReplica` the
+    pods' concurrency and `lookahead` their start-up delay; everything else is the policy's defaults
+    (docs/policy.md).
     """
     workers = scenario.workers
-    target = max(1.0, workers.concurrency * scenario.slo_wait / 2 / workers.service_time.average)
     doc = {
         "apiVersion": "queuescale.io/v1alpha1",
         "kind": "QueueScaler",
@@ -66,10 +64,10 @@ def default_rule(scenario: Scenario) -> QueueScaler:
             "sources": [{"type": "azure-queue", "queueName": "simulated",
                          "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
             "policy": {
-                "targetPerReplica": round(target, 2),
+                "targetWaitSeconds": scenario.slo_wait,
+                "serviceTime": workers.service_time.average,
+                "messagesPerReplica": workers.concurrency,
                 "lookahead": workers.startup_delay,
-                "scaleDown": {"stabilizationWindow": "5m", "policies": [{"type": "Percent", "value": 20,
-                                                                         "period": "1m"}]},
             },
         },
     }

@@ -1,0 +1,296 @@
+"""Policy benchmark: queuescale's default policy against KEDA + HPA on every scenario, at equal latency.
+
+For each built-in scenario, and the held-out ones in benchmarks/scenarios/ (written before tuning, never tuned
+on), it runs:
+- queuescale: a rule stating only the scenario's SLO (`targetWaitSeconds`), the mean service time, the
+  messages one pod works on at once, and the replica bounds;
+- KEDA + HPA with the documented default queueLength 5;
+- KEDA + HPA "well tuned": queueLength swept over QUEUE_LENGTHS, the cheapest whose p99 wait meets the SLO;
+- the floor: the total service time of all messages (no policy can use fewer busy worker-seconds).
+
+    .venv/bin/python -m benchmarks.policy_suite [--scenario NAME ...] [--markdown docs/benchmarks.md] [--jobs 2]
+
+Prints one table; with --markdown writes it, with the command and the machine, to that file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import controller.sources  # noqa: F401  (registers the queue kinds)
+from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
+from controller.simulator.report import line_chart
+from controller.simulator.run import Contender, Metrics, simulate
+from controller.simulator.scenario import Scenario, library, load_scenario
+from controller.simulator.world import World
+from controller.spec import QueueScaler, parse_queuescaler
+
+ROOT = Path(__file__).resolve().parent.parent
+HOLDOUT = sorted((ROOT / "benchmarks" / "scenarios").glob("*.yaml"))
+QUEUE_LENGTHS = (1, 2, 3, 5, 10, 20, 50, 100, 200, 500)
+
+
+def our_rule(scenario: Scenario) -> QueueScaler:
+    """The default policy, told only what a user knows: the latency wanted and how long a message takes."""
+    workers = scenario.workers
+    doc = {
+        "apiVersion": "queuescale.io/v1alpha1",
+        "kind": "QueueScaler",
+        "metadata": {"name": "queuescale"},
+        "spec": {
+            "scaleTargetRef": {"name": "worker"},
+            "maxReplicas": workers.max_replicas,
+            "sources": [{"type": "azure-queue", "queueName": "simulated",
+                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
+            "policy": {
+                "targetWaitSeconds": scenario.slo_wait,
+                "serviceTime": workers.service_time.average,
+                "messagesPerReplica": workers.concurrency,
+            },
+        },
+    }
+    return parse_queuescaler(doc)
+
+
+def keda_object(scenario: Scenario, queue_length: float) -> ScaledObject:
+    """A ScaledObject as KEDA's docs write it: defaults everywhere but the queue and the replica ceiling."""
+    return parse_scaled_object({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": f"ql{queue_length:g}"},
+        "spec": {
+            "scaleTargetRef": {"name": "worker"},
+            "maxReplicaCount": scenario.workers.max_replicas,
+            "triggers": [{"type": "azure-queue", "metadata": {"queueName": "simulated",
+                                                              "queueLength": str(queue_length)},
+                          "authenticationRef": {"name": "simulated"}}],
+        },
+    })
+
+
+def contenders(scenario: Scenario) -> list[Contender]:
+    rule = our_rule(scenario)
+
+    def ours(world: World) -> RuleAutoscaler:
+        return RuleAutoscaler("queuescale", rule, world, scenario.start_epoch)
+
+    found = [Contender("queuescale", ours)]
+    for length in QUEUE_LENGTHS:
+        scaled = keda_object(scenario, length)
+
+        def build(world: World, scaled: ScaledObject = scaled, label: str = f"keda-{length:g}") -> KedaAutoscaler:
+            return KedaAutoscaler(label, scaled, world)
+
+        found.append(Contender(f"keda-{length:g}", build))
+    return found
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    holdout: bool
+    slo: float
+    floor: float
+    ours: Metrics
+    keda_default: Metrics
+    keda_tuned: Metrics | None
+    tuned_length: float | None
+    keda_at_our_p99: Metrics | None  # the cheapest KEDA queueLength whose p99 is no worse than ours
+    at_our_p99_length: float | None
+    seconds: float
+    chart: str = ""  # SVG: replicas over time, ours against KEDA
+
+
+def floor_worker_seconds(scenario: Scenario, metrics: Metrics) -> float:
+    """Total service time of the messages processed, packed perfectly into pods."""
+    workers = scenario.workers
+    return metrics.messages_processed * workers.service_time.average / workers.concurrency
+
+
+def run_scenario(name: str) -> Row:
+    started = time.perf_counter()
+    path = Path(name)
+    scenario = load_scenario(str(path) if path.suffix == ".yaml" else name)
+    results = {r.label: r.metrics for r in simulate(scenario, contenders(scenario))}
+    ours = results["queuescale"]
+    meeting = [(results[f"keda-{q:g}"].worker_seconds, q) for q in QUEUE_LENGTHS
+               if results[f"keda-{q:g}"].wait_p99 <= scenario.slo_wait]
+    tuned = min(meeting) if meeting else None
+    as_good = [(results[f"keda-{q:g}"].worker_seconds, q) for q in QUEUE_LENGTHS
+               if results[f"keda-{q:g}"].wait_p99 <= ours.wait_p99]
+    match = min(as_good) if as_good else None
+    chart = replicas_chart(scenario, tuned[1] if tuned else (match[1] if match else 5))
+    return Row(
+        scenario=scenario.name, holdout=path.suffix == ".yaml", slo=scenario.slo_wait,
+        floor=floor_worker_seconds(scenario, ours), ours=ours, keda_default=results["keda-5"],
+        keda_tuned=results[f"keda-{tuned[1]:g}"] if tuned else None, tuned_length=tuned[1] if tuned else None,
+        keda_at_our_p99=results[f"keda-{match[1]:g}"] if match else None,
+        at_our_p99_length=match[1] if match else None,
+        seconds=time.perf_counter() - started, chart=chart,
+    )
+
+
+def replicas_chart(scenario: Scenario, keda_length: float) -> str:
+    """Ready replicas and the approximate count over time: queuescale against KEDA at `keda_length`."""
+    pair = [c for c in contenders(scenario) if c.label in ("queuescale", f"keda-{keda_length:g}")]
+    results = simulate(scenario, pair, record_timeline=True)
+    divisor, unit = (3600.0, "hours since start") if scenario.duration > 3 * 3600 else (60.0, "minutes since start")
+    colours = {"queuescale": "#1f77b4", f"keda-{keda_length:g}": "#d62728"}
+    series = [
+        (f"{r.label} ready replicas", colours[r.label], [p.t / divisor for p in r.timeline],
+         [float(p.ready_replicas) for p in r.timeline])
+        for r in results
+    ]
+    return line_chart(f"{scenario.name}: ready replicas, queuescale vs KEDA queueLength {keda_length:g}", series,
+                      x_label=unit, y_label="replicas", step=True)
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+HEADER = ("scenario", "SLO s", "policy", "worker-s", "p99 wait s", "s above SLO", "reversals", "duplicates",
+          "eff.", "vs KEDA default", "vs KEDA tuned", "vs floor")
+
+
+def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
+    lines: list[tuple[str, ...]] = []
+    for row in rows:
+        tuned_cost = row.keda_tuned.worker_seconds if row.keda_tuned else 0.0
+        entries: list[tuple[str, Metrics | None]] = [
+            ("queuescale", row.ours), ("KEDA queueLength 5", row.keda_default),
+            (f"KEDA tuned (queueLength {row.tuned_length:g})" if row.keda_tuned else "KEDA tuned: none meets SLO",
+             row.keda_tuned),
+        ]
+        name = f"{row.scenario}{' (held out)' if row.holdout else ''}"
+        for label, m in entries:
+            if m is None:
+                lines.append((name, f"{row.slo:g}", label, *["-"] * 9))
+                continue
+            lines.append((
+                name, f"{row.slo:g}", label, f"{m.worker_seconds:,.0f}", f"{m.wait_p99:g}",
+                f"{m.slo_violation_seconds:,}", f"{m.direction_reversals:,}", f"{m.duplicate_deliveries:,}",
+                f"{m.efficiency:.2f}", _ratio(m.worker_seconds, row.keda_default.worker_seconds),
+                _ratio(m.worker_seconds, tuned_cost), _ratio(m.worker_seconds, row.floor),
+            ))
+            name = ""
+        lines.append((" ", "", "floor (total service time)", f"{row.floor:,.0f}", *[""] * 8))
+    return lines
+
+
+def format_text(rows: Sequence[Row]) -> str:
+    lines = [HEADER, *table_rows(rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(HEADER))]
+    out = []
+    for index, line in enumerate(lines):
+        out.append("  ".join(cell.ljust(widths[i]) if i < 3 else cell.rjust(widths[i]) for i, cell in enumerate(line)))
+        if index == 0:
+            out.append("  ".join("-" * w for w in widths))
+    return "\n".join(out)
+
+
+def format_markdown(rows: Sequence[Row]) -> str:
+    out = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    out += ["| " + " | ".join(cell.strip() for cell in line) + " |" for line in table_rows(rows)]
+    return "\n".join(out)
+
+
+def summary(rows: Sequence[Row]) -> list[str]:
+    lines = []
+    for row in rows:
+        ours, tuned = row.ours, row.keda_tuned
+        meets = ours.wait_p99 <= row.slo
+        verdict = [f"p99 {ours.wait_p99:g}s {'meets' if meets else 'misses'} the {row.slo:g}s SLO"]
+        if tuned is not None:
+            saving = 1 - ours.worker_seconds / tuned.worker_seconds
+            verdict.append(f"{saving:+.0%} worker-seconds vs tuned KEDA" if saving < 0 else
+                           f"{saving:.0%} fewer worker-seconds than tuned KEDA")
+            verdict.append(f"reversals {ours.direction_reversals} vs {tuned.direction_reversals}")
+        else:
+            verdict.append("no KEDA queueLength meets the SLO")
+        same = row.keda_at_our_p99
+        if same is not None:
+            saving = 1 - ours.worker_seconds / same.worker_seconds
+            verdict.append(f"at our p99 or better, KEDA's cheapest (queueLength {row.at_our_p99_length:g}) costs "
+                           f"{same.worker_seconds / ours.worker_seconds:.2f}x ours ({saving:+.0%} for us)")
+        else:
+            verdict.append("no KEDA queueLength reaches our p99")
+        verdict.append(f"efficiency {ours.efficiency:.2f}")
+        if ours.burst_enough_capacity_mean is not None:
+            verdict.append(f"burst to enough capacity {ours.burst_enough_capacity_mean:.0f}s"
+                           + (f" (KEDA tuned {tuned.burst_enough_capacity_mean:.0f}s)"
+                              if tuned and tuned.burst_enough_capacity_mean is not None else ""))
+        lines.append(f"- {row.scenario}{' (held out)' if row.holdout else ''}: " + "; ".join(verdict))
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", action="append", help="only these (names or files); default: all")
+    parser.add_argument("--markdown", type=Path, help="write the table to this Markdown file")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    args = parser.parse_args(argv)
+    names = args.scenario or [*sorted(library()), *(str(p.relative_to(ROOT)) for p in HOLDOUT)]
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        rows = list(pool.map(run_scenario, names))
+    elapsed = time.perf_counter() - started
+    print(format_text(rows))
+    print()
+    print("\n".join(summary(rows)))
+    print(f"\n{len(rows)} scenarios, {1 + len(QUEUE_LENGTHS)} policies each, in {elapsed:.0f} s "
+          f"({args.jobs} processes)")
+    if args.markdown:
+        write_markdown(args.markdown, rows, elapsed, args)
+    return 0
+
+
+def write_charts(folder: Path, rows: Sequence[Row]) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for row in rows:
+        (folder / f"{row.scenario}.svg").write_text(row.chart)
+        lines.append(f"![{row.scenario}]({folder.name}/{row.scenario}.svg)")
+    return lines
+
+
+def write_markdown(path: Path, rows: Sequence[Row], elapsed: float, args: Any) -> None:
+    command = "    .venv/bin/python -m benchmarks.policy_suite --markdown docs/benchmarks.md"
+    text = "\n".join([
+        "# Policy benchmark: queuescale's default policy against KEDA + HPA",
+        "",
+        "Produced by:",
+        "",
+        command,
+        "",
+        f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"in {elapsed:.0f} s with {args.jobs} processes. Scenarios marked *held out* were written before the "
+        "default policy was tuned and never tuned on.",
+        "",
+        format_markdown(rows),
+        "",
+        *summary(rows),
+        "",
+        "## Replicas over time",
+        "",
+        "Ready replicas of queuescale's default policy (blue) against KEDA at its tuned queueLength (red; the "
+        "cheapest meeting the SLO, else the cheapest reaching our p99, else the default).",
+        "",
+        *write_charts(path.parent / "benchmarks", rows),
+        "",
+    ])
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

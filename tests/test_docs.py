@@ -1,0 +1,259 @@
+"""The user docs and the dashboard cannot drift from the code: the CRD, the metrics, the reasons, the links."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
+
+from controller.metrics import Metrics
+from controller.policy import Reason
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+CRD: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text())
+SPEC_SCHEMA: dict[str, Any] = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+DASHBOARD = ROOT / "charts" / "queuescale" / "dashboards" / "queuescale.json"
+
+
+def table_rows(text: str, first_cell: str) -> dict[str, list[str]]:
+    """Markdown table rows whose first cell is `first_cell...` in backticks, keyed by that cell without them."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]  # no cell of these tables holds a |
+        match = re.fullmatch(rf"`({re.escape(first_cell)}[^`]*)`", cells[0]) if line.startswith("|") else None
+        if match:
+            rows[match.group(1)] = cells[1:]
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# reference.md and the CRD
+
+
+def crd_fields(schema: dict[str, Any], prefix: str = "spec") -> Iterator[tuple[str, dict[str, Any], bool]]:
+    """Every field of the CRD's spec as `spec.sources[].queueName`, with its schema and whether it is required."""
+    required = set(schema.get("required") or ())
+    for name, child in (schema.get("properties") or {}).items():
+        path = f"{prefix}.{name}"
+        yield path, child, name in required
+        yield from crd_fields(child, path)
+        if isinstance(child.get("items"), dict):
+            yield from crd_fields(child["items"], path + "[]")
+
+
+REFERENCE = table_rows((DOCS / "reference.md").read_text(), "spec.")
+FIELDS = list(crd_fields(SPEC_SCHEMA))
+
+
+def test_the_crd_has_fields_to_check() -> None:
+    assert len(FIELDS) > 60
+    assert "spec.sources[].queueName" in [path for path, _, _ in FIELDS]
+
+
+def test_reference_has_a_row_for_every_crd_field_and_no_other() -> None:
+    crd_paths = {path for path, _, _ in FIELDS}
+    assert sorted(crd_paths - set(REFERENCE)) == [], "fields of the CRD missing from docs/reference.md"
+    assert sorted(set(REFERENCE) - crd_paths) == [], "docs/reference.md names fields the CRD does not have"
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, dict):
+        return "`" + json.dumps(value) + "`"
+    return f"`{value}`"
+
+
+@pytest.mark.parametrize(("path", "schema", "required"), FIELDS, ids=[path for path, _, _ in FIELDS])
+def test_reference_row_agrees_with_the_crd(path: str, schema: dict[str, Any], required: bool) -> None:
+    kind, default, bounds, meaning = REFERENCE[path]
+    assert default == (_shown(schema["default"]) if "default" in schema else ""), f"{path}: default"
+    assert ("required" in bounds) >= required, f"{path} is required by the CRD"
+    enum = schema.get("enum") or (schema.get("items") or {}).get("enum") or []
+    for value in enum:
+        assert f"`{value}`" in bounds, f"{path}: allowed value {value} not listed"
+    if "minimum" in schema and kind != "duration":
+        exclusive = schema.get("exclusiveMinimum", False)
+        assert re.search(rf"{'>' if exclusive else '≥'} {schema['minimum']:g}\b", bounds) or (
+            f"{schema['minimum']:g} to" in bounds), f"{path}: minimum {schema['minimum']}"
+    if "maximum" in schema:
+        assert f"to {schema['maximum']:g}" in bounds or f"≤ {schema['maximum']:g}" in bounds, f"{path}: maximum"
+    if "maxItems" in schema:
+        assert f"{schema['maxItems']} items" in bounds, f"{path}: maxItems"
+    expected_kind = {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean",
+                     "object": "object", "array": "list"}.get(schema.get("type", ""), "duration")
+    assert kind == expected_kind, path
+    assert meaning
+
+
+def test_the_reference_check_can_fail() -> None:
+    schema = {"type": "number", "default": 7, "minimum": 0, "exclusiveMinimum": True}
+    with pytest.raises(AssertionError):
+        test_reference_row_agrees_with_the_crd("spec.policy.targetPerReplica", schema, False)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# metrics.md and controller/metrics.py
+
+
+def exported() -> dict[str, tuple[str, set[str]]]:
+    """Every series the operator exports: name as scraped -> (type, label names)."""
+    metrics = Metrics()
+    found = {}
+    for family in vars(metrics).values():
+        if not isinstance(family, MetricWrapperBase):
+            continue
+        name = family._name  # the client keeps no public accessor for these
+        labels = set(family._labelnames)
+        if isinstance(family, Counter):
+            found[f"{name}_total"] = ("counter", labels)
+        elif isinstance(family, Histogram):
+            found[name] = ("histogram", labels)
+        elif isinstance(family, Gauge):
+            found[name] = ("gauge", labels)
+        else:
+            raise AssertionError(f"a metric type this test does not know: {type(family).__name__}")
+    return found
+
+
+def test_metrics_doc_lists_every_series_with_its_type_and_labels() -> None:
+    rows = table_rows((DOCS / "metrics.md").read_text(), "queuescale_")
+    series = exported()
+    assert len(series) >= 12
+    assert sorted(rows) == sorted(series)
+    for name, (kind, labels) in series.items():
+        documented_kind, documented_labels, meaning = rows[name]
+        assert documented_kind == kind, name
+        assert set(re.findall(r"`(\w+)`", documented_labels)) == labels, name
+        assert meaning, name
+
+
+def scraped_names() -> set[str]:
+    """Every name a Prometheus server holds for the operator's series."""
+    names = set()
+    for name, (kind, _) in exported().items():
+        if kind == "counter":
+            names |= {name, name.removesuffix("_total") + "_created"}
+        elif kind == "histogram":
+            names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count", f"{name}_created"}
+        else:
+            names.add(name)
+    return names
+
+
+def test_metrics_doc_queries_use_real_series() -> None:
+    text = (DOCS / "metrics.md").read_text()
+    used = set(re.findall(r"\bqueuescale_\w+", text))
+    assert sorted(used - scraped_names() - set(exported())) == []
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# operations.md and the reasons in the code
+
+
+def literal_reasons() -> set[str]:
+    """Condition and Event reasons written as literals in the code that sets them."""
+    status = (ROOT / "controller" / "kube" / "status.py").read_text()
+    operator = (ROOT / "controller" / "operator.py").read_text()
+    reasons = set(re.findall(r'condition\(\s*"\w+",\s*"(?:True|False|Unknown)",\s*"(\w+)"', status))
+    reasons |= set(re.findall(r'setup_failed_status\(\s*rule,\s*"(\w+)"', operator))
+    for call in re.findall(r"events\.record\((.*?)now\)", operator, re.S):
+        reasons |= set(re.findall(r'(?<![f\w])"([A-Z][A-Za-z]+)"', call)) - {"Normal", "Warning"}
+    return reasons
+
+
+def test_operations_explains_every_condition_and_event_reason() -> None:
+    text = (DOCS / "operations.md").read_text()
+    reasons = literal_reasons() | {str(reason) for reason in Reason}
+    assert {"Polling", "InvalidSpec", "PollsSucceeding", "PausedBySpec", "UnsupportedQueueKind"} <= reasons
+    assert {"ScaleFailed", "TargetUnavailable", "Fallback"} <= reasons
+    missing = sorted(reason for reason in reasons if f"`{reason}`" not in text)
+    assert missing == []
+
+
+def test_operations_names_every_run_flag_the_chart_sets() -> None:
+    text = (DOCS / "operations.md").read_text()
+    chart = (ROOT / "charts" / "queuescale" / "templates" / "deployment.yaml").read_text()
+    for flag in set(re.findall(r'"(--[a-z-]+)', chart)):
+        assert f"`{flag}" in text, flag
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# README and the docs folder
+
+
+def test_readme_links_every_doc() -> None:
+    readme = (ROOT / "README.md").read_text()
+    linked = set(re.findall(r"\]\((docs/[\w.-]+\.md)", readme))
+    assert {f"docs/{p.name}" for p in DOCS.glob("*.md")} <= linked
+
+
+def test_relative_links_in_docs_lead_somewhere() -> None:
+    for page in [*DOCS.glob("*.md"), ROOT / "README.md"]:
+        for target in re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", page.read_text()):
+            assert (page.parent / target).exists(), f"{page.name}: {target}"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The Grafana dashboard
+
+
+def dashboard_expressions() -> list[str]:
+    board = json.loads(DASHBOARD.read_text())
+    found = []
+    for panel in board["panels"]:
+        for target in panel.get("targets", []):
+            found.append(target["expr"])
+    for variable in board["templating"]["list"]:
+        if variable["type"] == "query":
+            found.append(variable["definition"])
+    return found
+
+
+def test_dashboard_is_grafana_json_with_panels() -> None:
+    board = json.loads(DASHBOARD.read_text())
+    assert board["title"]
+    assert board["uid"]
+    assert len(board["panels"]) >= 7
+    assert {"datasource"} <= {v["name"] for v in board["templating"]["list"]}
+
+
+def test_dashboard_expressions_use_only_exported_series() -> None:
+    names = scraped_names()
+    expressions = dashboard_expressions()
+    assert len(expressions) >= 8
+    for expression in expressions:
+        used = set(re.findall(r"\bqueuescale_\w+", expression))
+        assert used, f"no queuescale series in {expression!r}"
+        assert used <= names, f"unknown series {sorted(used - names)} in {expression!r}"
+
+
+def test_dashboard_groups_only_by_labels_the_series_have() -> None:
+    series = exported()
+    scrape_labels = {"le", "instance", "job", "pod"}
+    for expression in dashboard_expressions():
+        labels: set[str] = set()
+        for used in set(re.findall(r"\bqueuescale_\w+", expression)):
+            base = re.sub(r"_(bucket|sum|count|created)$", "", used)
+            labels |= series.get(base, series.get(used, ("", set())))[1]
+        for grouping in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", expression):
+            for label in filter(None, (part.strip() for part in grouping.split(","))):
+                assert label in labels | scrape_labels, f"{label} in {expression!r}"
+
+
+def test_the_dashboard_covers_what_operators_ask() -> None:
+    text = " ".join(dashboard_expressions())
+    for series in ("queuescale_queue_length", "queuescale_desired_replicas", "queuescale_current_replicas",
+                   "queuescale_scale_operations_total", "queuescale_poll_errors_total",
+                   "queuescale_poll_duration_seconds_bucket", "queuescale_tick_lateness_seconds_bucket",
+                   "queuescale_leader", "queuescale_rules"):
+        assert series in text, series
+    assert "histogram_quantile" in text
