@@ -418,7 +418,7 @@ def test_a_rule_summing_an_azure_queue_and_a_redis_list_scales_on_both(
          "connectionSecretRef": {"name": "mixed-queue", "key": "connection"}},
         {"type": "redis-list", "listName": jobs, "host": "127.0.0.1", "port": redis_server.port,
          "passwordSecretRef": {"name": "mixed-redis", "key": "password"}},
-    ], policy={"targetPerReplica": 10, "tolerance": 0, "scaleDown": {"stabilizationWindow": 0},
+    ], policy={"targetPerReplica": 10, "tolerance": 0, "scaleDown": {"stabilizationWindow": 0, "delay": 0},
                "scaleToZeroDelay": "2s"})
     operators()
 
