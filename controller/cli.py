@@ -116,6 +116,78 @@ def _simulate(args: argparse.Namespace) -> int:
     ))
 
 
+def _demo(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from controller.demo.options import DemoOptions
+    from controller.demo.run import run
+
+    return run(DemoOptions(
+        burst=args.burst, burst_at=args.burst_at, second_burst=args.second_burst,
+        second_burst_at=args.second_burst_at, work_time=args.work_time, polling_interval=args.polling_interval,
+        max_workers=args.max_workers, target_per_replica=args.target_per_replica,
+        scale_down_delay=args.scale_down_delay, scale_to_zero_delay=args.scale_to_zero_delay,
+        max_duration=args.max_duration, out_dir=Path(args.out), live=args.live,
+    ))
+
+
+def _convert_keda(args: argparse.Namespace) -> int:
+    from controller.convert_keda import run
+
+    return run(args.scaledobject, args.out, sys.stdout, sys.stderr)
+
+
+def _record(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from controller.record import RecordOptions, run
+
+    return run(RecordOptions(
+        rule_file=args.rule, duration=args.duration, out=Path(args.out), secrets_file=args.secrets,
+        counts_out=Path(args.counts) if args.counts else None,
+        scenario_out=Path(args.scenario) if args.scenario else None,
+        completion_rate=args.completion_rate, interval=args.interval, rule_name=args.rule_name,
+    ), environ=os.environ, out=sys.stdout, err=sys.stderr)
+
+
+def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from controller.demo.options import DemoOptions
+
+    d = DemoOptions()
+    demo = commands.add_parser(
+        "demo", help="a live local demo: Azurite, real workers, the real reconciler",
+        description="Start Azurite on 127.0.0.1, send bursts to a queue and watch the operator's reconciler scale "
+        "real worker processes; ends by itself, stops everything it started, writes a report.",
+    )
+    demo.add_argument("--burst", type=int, default=d.burst, metavar="N", help=f"messages (default {d.burst})")
+    demo.add_argument("--burst-at", type=_duration, default=d.burst_at, metavar="T",
+                      help=f"when, after the rule starts (default {d.burst_at:g}s)")
+    demo.add_argument("--second-burst", type=int, default=d.second_burst, metavar="N",
+                      help=f"messages of a second burst, 0 for none (default {d.second_burst})")
+    demo.add_argument("--second-burst-at", type=_duration, default=d.second_burst_at, metavar="T",
+                      help=f"default {d.second_burst_at:g}s")
+    demo.add_argument("--work-time", type=_duration, default=d.work_time, metavar="T",
+                      help=f"work per message (default {d.work_time:g}s)")
+    demo.add_argument("--polling-interval", type=_duration, default=d.polling_interval, metavar="T",
+                      help=f"default {d.polling_interval:g}s")
+    demo.add_argument("--max-workers", type=int, default=d.max_workers, metavar="N",
+                      help=f"default {d.max_workers}")
+    demo.add_argument("--target-per-replica", type=float, default=d.target_per_replica, metavar="N",
+                      help=f"messages per worker (default {d.target_per_replica:g})")
+    demo.add_argument("--scale-down-delay", type=_duration, default=d.scale_down_delay, metavar="T",
+                      help=f"default {d.scale_down_delay:g}s")
+    demo.add_argument("--scale-to-zero-delay", type=_duration, default=d.scale_to_zero_delay, metavar="T",
+                      help=f"default {d.scale_to_zero_delay:g}s")
+    demo.add_argument("--max-duration", type=_duration, default=d.max_duration, metavar="T",
+                      help=f"stop anyway after this (exit 1; default {d.max_duration:g}s)")
+    demo.add_argument("--out", default=str(d.out_dir), metavar="DIR",
+                      help=f"report, timeline, summary and worker logs (default {d.out_dir}/)")
+    demo.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
+                      help="redraw in place (default: when stdout is a terminal)")
+    demo.set_defaults(handler=_demo)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queuescale",
@@ -165,6 +237,33 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")
     simulate.set_defaults(handler=_simulate)
     _add_run(commands)
+    _add_demo(commands)
+    convert = commands.add_parser(
+        "convert-keda", help="turn a KEDA ScaledObject (azure-queue triggers) into a QueueScaler",
+        description="Print the QueueScaler equivalent to each ScaledObject in the file; TriggerAuthentications and "
+        "Deployments in the same file are used to find the connection Secret. Whatever cannot be carried over is "
+        "a warning on stderr, one line each.",
+    )
+    convert.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml")
+    convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here instead of stdout")
+    convert.set_defaults(handler=_convert_keda)
+    record = commands.add_parser(
+        "record", help="record a rule's queue traffic as a simulator trace",
+        description="Poll a rule's queues every polling interval for DURATION and write the estimated arrivals per "
+        "interval as a trace (t,arrivals) that `queuescale simulate --scenario` can replay. Without "
+        "--completion-rate the arrivals are the count's growth (a lower bound); see docs/workflow.md.",
+    )
+    record.add_argument("rule", metavar="RULE.yaml")
+    record.add_argument("--duration", type=_duration, required=True, metavar="T", help='e.g. "1h", "30m"')
+    record.add_argument("--out", required=True, metavar="TRACE.csv")
+    record.add_argument("--secrets", metavar="SECRETS.yaml", help="Kubernetes Secret manifests (as for check)")
+    record.add_argument("--counts", metavar="COUNTS.csv", help="also write the raw counts of every poll")
+    record.add_argument("--scenario", metavar="SCENARIO.yaml", help="also write a scenario that replays the trace")
+    record.add_argument("--completion-rate", type=float, metavar="R",
+                        help="messages/s your workers complete while they have work (improves the estimate)")
+    record.add_argument("--interval", type=_duration, metavar="T", help="poll this often (default: the rule's)")
+    record.add_argument("--rule", dest="rule_name", metavar="NAME", help="the rule to record, if the file has several")
+    record.set_defaults(handler=_record)
     return parser
 
 

@@ -1,0 +1,211 @@
+"""The local process target with real subprocesses: start, readiness, stop newest first, SIGKILL, restarts, close."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.targets.base import ScaleState, TargetConflict, TargetError
+from controller.targets.local_process import LocalProcessTarget
+
+# Each worker sets up its SIGTERM handling, then writes its replica number to a file named after its pid (so a
+# test knows it is ready for signals) and waits.
+POLITE = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+open(os.path.join(sys.argv[1], str(os.getpid())), "w").write(os.environ["QUEUESCALE_REPLICA"])
+while True:
+    time.sleep(0.05)
+"""
+STUBBORN = """
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+open(os.path.join(sys.argv[1], str(os.getpid())), "w").write(os.environ["QUEUESCALE_REPLICA"])
+while True:
+    time.sleep(0.05)
+"""
+CRASHING = "import sys; sys.exit(3)"
+
+
+def alive(pid: int) -> bool:
+    """Exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def python(script: str, *args: str) -> list[str]:
+    return [sys.executable, "-c", script, *args]
+
+
+async def wait_for(condition: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition not met in time")
+
+
+async def scale(target: LocalProcessTarget, replicas: int) -> ScaleState:
+    return await target.scale(replicas, await target.read())
+
+
+async def test_scale_up_starts_that_many_processes(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(POLITE, str(tmp_path))) as target:
+        state = await scale(target, 3)
+        assert state.replicas == 3
+        assert len(target.pids) == 3
+        assert all(alive(pid) for pid in target.pids)
+        await wait_for(lambda: len(list(tmp_path.iterdir())) == 3)
+        assert sorted(p.read_text() for p in tmp_path.iterdir()) == ["1", "2", "3"]
+
+
+async def test_ready_only_after_the_readiness_delay(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(POLITE, str(tmp_path)), readiness_delay=0.6) as target:
+        await scale(target, 2)
+        assert (await target.read()).ready_replicas == 0
+        await asyncio.sleep(0.8)
+        assert (await target.read()).ready_replicas == 2
+
+
+async def test_ready_only_once_the_process_says_so_with_a_ready_file(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    script = f"""
+import os, pathlib, time
+while not pathlib.Path({str(gate)!r}).exists():
+    time.sleep(0.05)
+pathlib.Path(os.environ["QUEUESCALE_READY_FILE"]).touch()
+while True:
+    time.sleep(0.05)
+"""
+    async with LocalProcessTarget(python(script), ready_file=True) as target:
+        await scale(target, 2)
+        await asyncio.sleep(0.5)
+        assert (await target.read()).ready_replicas == 0
+        gate.touch()
+        deadline = time.monotonic() + 10
+        while (await target.read()).ready_replicas != 2:
+            assert time.monotonic() < deadline, "never ready"
+            await asyncio.sleep(0.05)
+
+
+async def test_ready_at_once_without_a_readiness_delay(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(POLITE, str(tmp_path))) as target:
+        state = await scale(target, 2)
+        assert state.ready_replicas == 2
+
+
+async def test_scale_down_stops_the_newest_first(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(POLITE, str(tmp_path))) as target:
+        await scale(target, 3)
+        first, second, third = target.pids
+        await wait_for(lambda: len(list(tmp_path.iterdir())) == 3)  # each has its SIGTERM handler
+        state = await scale(target, 1)
+        assert state.replicas == 1
+        await wait_for(lambda: not alive(second) and not alive(third))
+        assert alive(first)
+        assert target.pids == [first]
+        records = {r.pid: r for r in target.started}
+        assert records[third].exit_code == 0 and not records[third].killed
+
+
+async def test_a_process_ignoring_sigterm_is_killed_after_the_grace_period(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(STUBBORN, str(tmp_path)), grace_period=0.5) as target:
+        await scale(target, 1)
+        (pid,) = target.pids
+        await wait_for(lambda: len(list(tmp_path.iterdir())) == 1)
+        started = time.monotonic()
+        await scale(target, 0)
+        await asyncio.sleep(0.2)
+        assert alive(pid), "SIGKILL came before the grace period"
+        await wait_for(lambda: not alive(pid), timeout=5)
+        assert time.monotonic() - started >= 0.5
+        (record,) = target.started
+        assert record.killed and record.exit_code == -signal.SIGKILL
+
+
+async def test_scale_in_does_not_wait_for_the_grace_period(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(STUBBORN, str(tmp_path)), grace_period=3) as target:
+        await scale(target, 2)
+        await wait_for(lambda: len(list(tmp_path.iterdir())) == 2)
+        started = time.monotonic()
+        state = await scale(target, 0)
+        assert time.monotonic() - started < 0.5
+        assert state.replicas == 0
+        assert len(target.pids) == 2  # still stopping
+
+
+async def test_a_crashed_process_is_replaced_after_a_back_off() -> None:
+    async with LocalProcessTarget(python(CRASHING)) as target:
+        await scale(target, 1)
+        (first,) = [r.pid for r in target.started]
+        await wait_for(lambda: not alive(first))
+        state = await target.read()
+        assert state.replicas == 1 and state.ready_replicas == 0  # asked for, waiting to restart
+        await asyncio.sleep(1.1)
+        await target.read()
+        assert len(target.started) == 2
+        assert target.started[0].exit_code == 3
+
+
+async def test_a_stale_read_is_a_conflict(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(POLITE, str(tmp_path))) as target:
+        stale = await target.read()
+        await target.scale(1, stale)
+        with pytest.raises(TargetConflict):
+            await target.scale(2, stale)
+        assert len(target.pids) == 1
+
+
+async def test_a_missing_command_is_a_target_error(tmp_path: Path) -> None:
+    async with LocalProcessTarget([str(tmp_path / "no-such-worker")]) as target:
+        with pytest.raises(TargetError) as caught:
+            await scale(target, 1)
+        assert caught.value.code == "StartFailed"
+        assert "no-such-worker" in caught.value.message
+
+
+async def test_every_process_is_stopped_when_the_owner_fails(tmp_path: Path) -> None:
+    target = LocalProcessTarget(python(POLITE, str(tmp_path)), grace_period=1)
+
+    async def fail_while_scaled() -> None:
+        async with target:
+            await scale(target, 3)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        await fail_while_scaled()
+    assert [r.pid for r in target.started if alive(r.pid)] == []
+    assert len(target.started) == 3
+    assert target.pids == []
+
+
+async def test_close_stops_stubborn_processes_too(tmp_path: Path) -> None:
+    target = LocalProcessTarget(python(STUBBORN, str(tmp_path)), grace_period=0.5)
+    await scale(target, 2)
+    await wait_for(lambda: len(list(tmp_path.iterdir())) == 2)
+    target.close()
+    assert [r.pid for r in target.started if alive(r.pid)] == []
+    assert all(r.killed for r in target.started)
+    target.close()  # again: nothing left to do
+
+
+async def test_no_scale_after_close(tmp_path: Path) -> None:
+    target = LocalProcessTarget(python(POLITE, str(tmp_path)))
+    await target.aclose()
+    with pytest.raises(TargetError) as caught:
+        await scale(target, 1)
+    assert caught.value.code == "Closed"
+    assert target.started == []
