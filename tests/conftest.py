@@ -1,4 +1,5 @@
-"""Shared fixtures: a real Azurite (tests/azurite.py), and the fake API server reached by the official client."""
+"""Shared fixtures: a real Azurite (tests/azurite.py), real Redis, PostgreSQL and RabbitMQ (tests/servers.py),
+and the fake API server reached by the official client."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from kubernetes.aio import config as aio_config
 
 from tests.azurite import azurite, own_azurite
 from tests.fakekube import FakeKube
+from tests.servers import postgres_server, rabbitmq_server, redis_server
 
-__all__ = ["azurite", "own_azurite"]
+__all__ = ["azurite", "own_azurite", "postgres_server", "rabbitmq_server", "redis_server"]
 
 
 def _server_threads() -> list[threading.Thread]:

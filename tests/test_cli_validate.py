@@ -40,7 +40,7 @@ def test_broken_rules_give_one_line_per_error() -> None:
         "tests/data/broken-rules.yaml: min-above-max: spec.sources[0]: must set one of connectionSecretRef, "
         "accountKeySecretRef, sasSecretRef or identity",
         'tests/data/broken-rules.yaml: unknown-kind: spec.sources[0].type: unknown queue kind "kafka" '
-        "(known: azure-queue)",
+        "(known: aws-sqs, azure-queue, rabbitmq, redis-list, sql-table)",
         "tests/data/broken-rules.yaml: unknown-kind: spec.polcy: unknown field",
     ]
     assert "Traceback" not in result.stderr

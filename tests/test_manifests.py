@@ -18,7 +18,7 @@ from kubernetes import client, config, watch
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 
-import controller.sources.azure_queue  # noqa: F401 - registers the azure-queue kind
+import controller.sources  # noqa: F401 - registers the queue kinds
 from controller.spec import Fields, ScaleTargetRef, SpecError, parse_duration, parse_queuescaler
 from controller.targets.kubernetes_scale import KubernetesScaleTarget
 from tests.fakekube import FakeKube
@@ -51,7 +51,21 @@ EVERY_FIELD: dict[str, Any] = {
         "sources": [{"type": "azure-queue", "weight": 1, "queueName": "orders", "connectionSecretRef": secret_ref(),
                      "accountName": "store", "accountKeySecretRef": secret_ref(), "sasSecretRef": secret_ref(),
                      "identity": "workload", "cloud": "public", "endpoint": "https://example.test",
-                     "countStrategy": "visible"}],
+                     "countStrategy": "visible"},
+                    {"type": "redis-list", "listName": "jobs", "streamName": "events", "consumerGroup": "workers",
+                     "streamCount": "pendingAndLag", "host": "redis", "port": 6379, "db": 0, "username": "scaler",
+                     "passwordSecretRef": secret_ref(), "urlSecretRef": secret_ref(), "tls": True},
+                    {"type": "sql-table", "engine": "postgresql", "table": "jobs", "dueColumn": "run_at",
+                     "claimColumn": "status", "unclaimedValue": "pending", "where": "queue = 'a'",
+                     "query": "SELECT count(*) FROM jobs", "host": "db", "port": 5432, "database": "shop",
+                     "user": "scaler", "passwordSecretRef": secret_ref(), "dsnSecretRef": secret_ref(),
+                     "sslMode": "require", "statementTimeout": "5s"},
+                    {"type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbitmq:15672", "vhost": "/",
+                     "username": "scaler", "passwordSecretRef": secret_ref(), "count": "readyAndUnacked"},
+                    {"type": "aws-sqs", "queueURL": "https://sqs.eu-west-1.amazonaws.com/123456789012/orders",
+                     "awsRegion": "eu-west-1", "accessKeyIdSecretRef": secret_ref(),
+                     "secretAccessKeySecretRef": secret_ref(), "sessionTokenSecretRef": secret_ref(),
+                     "includeInFlight": True}],
         "aggregation": "max",
         "policy": {
             "targetPerReplica": 5, "activationThreshold": 0, "tolerance": 0.1, "lookahead": "30s",
@@ -71,9 +85,35 @@ EVERY_FIELD: dict[str, Any] = {
 
 # A valid rule that reaches every nested object the bounds below probe.
 VALID: dict[str, Any] = copy.deepcopy(EVERY_FIELD)
-VALID["spec"]["sources"][0] = {"type": "azure-queue", "weight": 1, "queueName": "orders",
-                               "connectionSecretRef": secret_ref(), "countStrategy": "visible"}
+VALID["spec"]["sources"] = [
+    {"type": "azure-queue", "weight": 1, "queueName": "orders", "connectionSecretRef": secret_ref(),
+     "countStrategy": "visible"},
+    {"type": "redis-list", "listName": "jobs", "host": "redis", "port": 6379, "db": 0},
+    {"type": "sql-table", "table": "jobs", "dueColumn": "run_at", "host": "db", "port": 5432, "database": "shop",
+     "user": "scaler", "statementTimeout": "5s"},
+    {"type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbitmq:15672"},
+    {"type": "aws-sqs", "queueURL": "http://127.0.0.1:4566/123456789012/orders", "awsRegion": "eu-west-1",
+     "accessKeyIdSecretRef": secret_ref(), "secretAccessKeySecretRef": secret_ref()},
+]
 del VALID["spec"]["policy"]["serviceTime"]
+# Which of VALID's sources a probe of a kind's own field goes to (the others are azure-queue's, source 0).
+REDIS_FIELDS = {"listName", "streamName", "consumerGroup", "streamCount", "host", "port", "db", "username",
+                "passwordSecretRef", "urlSecretRef", "tls"}
+SQL_FIELDS = {"engine", "table", "dueColumn", "claimColumn", "unclaimedValue", "where", "query", "database", "user",
+              "dsnSecretRef", "sslMode", "statementTimeout"}
+RABBITMQ_FIELDS = {"queue", "managementURL", "vhost", "count"}
+SQS_FIELDS = {"queueURL", "awsRegion", "accessKeyIdSecretRef", "secretAccessKeySecretRef", "sessionTokenSecretRef",
+              "includeInFlight"}
+
+
+def source_index(path: str) -> str:
+    """`spec.sources[].port` -> `spec.sources[1].port`: the source of VALID whose kind has the field."""
+    if not path.startswith("spec.sources[]."):
+        return path
+    field = path.split(".")[2]
+    index = next((i for i, fields in ((1, REDIS_FIELDS), (2, SQL_FIELDS), (3, RABBITMQ_FIELDS), (4, SQS_FIELDS))
+                  if field in fields), 0)
+    return path.replace("spec.sources[]", f"spec.sources[{index}]", 1)
 
 
 def schema_paths(schema: dict[str, Any], prefix: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -195,6 +235,8 @@ def model_defaults(value: object, prefix: str) -> Iterator[tuple[str, object]]:
 NOT_DEFAULTED_IN_CRD = {
     # The parser tells an absent cloud from "public": cloud may not be combined with connectionSecretRef or endpoint.
     "spec.sources[].cloud",
+    # A kind's own field: a schema default would be written into the sources of every other kind too.
+    "spec.sources[].countStrategy",
 }
 
 
@@ -227,7 +269,7 @@ def test_crd_defaults_are_valid_values() -> None:
 
 def set_path(doc: dict[str, Any], path: str, value: Any) -> None:
     node: Any = doc
-    parts = path.replace("[]", ".0").split(".")
+    parts = re.sub(r"\[(\d*)\]", lambda m: "." + (m.group(1) or "0"), path).split(".")
     for part in parts[:-1]:
         node = node[int(part)] if part.isdigit() else node[part]
     node[parts[-1]] = value
@@ -269,6 +311,7 @@ def probe_base(path: str) -> dict[str, Any]:
 
 @pytest.mark.parametrize(("path", "value", "valid"), list(bound_probes()))
 def test_numeric_bounds_agree(path: str, value: Any, valid: bool) -> None:
+    path = source_index(path)
     doc = probe_base(path)
     set_path(doc, path, value)
     at = python_path(path)
@@ -295,6 +338,21 @@ STRING_PROBES = [
     ("spec.sources[0].connectionSecretRef.key", "connection-string", True),
     ("spec.sources[0].countStrategy", "exact", False),
     ("spec.sources[0].type", "sqs", False),
+    ("spec.sources[1].host", "redis.shop.svc", True),
+    ("spec.sources[1].host", "bad host", False),
+    ("spec.sources[1].username", "two words", False),
+    ("spec.sources[2].table", "shop.jobs", True),
+    ("spec.sources[2].table", "jobs; drop table jobs", False),
+    ("spec.sources[2].dueColumn", "run at", False),
+    ("spec.sources[2].sslMode", "on", False),
+    ("spec.sources[2].statementTimeout", "2.5s", True),
+    ("spec.sources[2].statementTimeout", "soon", False),
+    ("spec.sources[3].managementURL", "https://rabbitmq.shop.svc:15671/mgmt", True),
+    ("spec.sources[3].managementURL", "http://guest:guest@rabbitmq:15672", False),
+    ("spec.sources[3].count", "unacked", False),
+    ("spec.sources[4].queueURL", "https://sqs.eu-west-1.amazonaws.com/123456789012/orders.fifo", True),
+    ("spec.sources[4].queueURL", "https://sqs.eu-west-1.amazonaws.com/orders", False),
+    ("spec.sources[4].awsRegion", "Europe", False),
     ("spec.aggregation", "avg", False),
     ("spec.fallback.mode", "scale", False),
     ("spec.policy.scaleUp.policies[0].type", "Replicas", False),
@@ -326,7 +384,7 @@ def mutated(changes: dict[str, Any], removals: tuple[str, ...] = ()) -> dict[str
         set_path(doc, path, value)
     for path in removals:
         node: Any = doc
-        parts = path.replace("[]", ".0").split(".")
+        parts = re.sub(r"\[(\d*)\]", lambda m: "." + (m.group(1) or "0"), path).split(".")
         for part in parts[:-1]:
             node = node[int(part)] if part.isdigit() else node[part]
         del node[parts[-1]]
@@ -362,6 +420,17 @@ CROSS_FIELD_PROBES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
                             f"{AZURE}.cloud": "china", f"{AZURE}.endpoint": "http://127.0.0.1:10001/store"},
      (f"{AZURE}.connectionSecretRef",)),
     ("no queue name", {}, (f"{AZURE}.queueName",)),
+    ("redis list and stream", {"spec.sources[1].streamName": "events", "spec.sources[1].consumerGroup": "g"}, ()),
+    ("redis neither list nor stream", {}, ("spec.sources[1].listName",)),
+    ("redis host and url", {"spec.sources[1].urlSecretRef": secret_ref()}, ()),
+    ("redis url alone", {"spec.sources[1].urlSecretRef": secret_ref()},
+     ("spec.sources[1].host", "spec.sources[1].port", "spec.sources[1].db")),
+    ("sql table and query", {"spec.sources[2].query": "SELECT count(*) FROM jobs"}, ()),
+    ("sql query alone", {"spec.sources[2].query": "SELECT count(*) FROM jobs"},
+     ("spec.sources[2].table", "spec.sources[2].dueColumn")),
+    ("sql without a host", {}, ("spec.sources[2].host",)),
+    ("rabbitmq without a management URL", {}, ("spec.sources[3].managementURL",)),
+    ("sqs without a secret key", {}, ("spec.sources[4].secretAccessKeySecretRef",)),
     ("polling below a second", {"spec.pollingInterval": "500ms"}, ()),
     ("polling of a second in ms", {"spec.pollingInterval": "1000ms"}, ()),
     ("polling of 1.5 seconds as text", {"spec.pollingInterval": "1.5"}, ()),
@@ -377,7 +446,7 @@ CROSS_FIELD_PROBES: list[tuple[str, dict[str, Any], tuple[str, ...]]] = [
 VALID_PROBES = {
     "valid", "min equal to max", "hold fallback", "schedule over midnight", "account key with an account",
     "workload identity in China", "polling of a second in ms", "polling of 1.5 seconds as text",
-    "drain time of an hour", "wait objective with a service time",
+    "drain time of an hour", "wait objective with a service time", "redis url alone", "sql query alone",
 }
 
 

@@ -1,8 +1,8 @@
 """End to end: `queuescale run` in a subprocess, a real Azurite, and the fake API server.
 
-Each test enqueues with the Azure SDK, lets the operator poll and scale through the scale subresource, and checks
-what a user would see: the Deployment's replicas, the rule's status and conditions, events, /metrics, and the
-printer columns.
+Each test enqueues with the Azure SDK (one also with redis-cli), lets the operator poll and scale through the
+scale subresource, and checks what a user would see: the Deployment's replicas, the rule's status and conditions,
+events, /metrics, and the printer columns.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from kubernetes import client as kube_client
 
 from tests.azurite import Azurite, free_port
 from tests.fakekube.server import FakeKube
+from tests.servers import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "shop"
@@ -402,3 +403,36 @@ def test_run_without_a_cluster_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "cannot load a Kubernetes configuration" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_rule_summing_an_azure_queue_and_a_redis_list_scales_on_both(
+    azurite: Azurite, redis_server: RedisServer, kube: FakeKube, api: kube_client.ApiClient,
+    operators: Callable[..., Operator]
+) -> None:
+    queue = make_queue(azurite, queue_name(), messages=25)
+    jobs = f"jobs:{uuid.uuid4().hex[:8]}"
+    redis_server.cli("RPUSH", jobs, *[str(i) for i in range(17)])
+    deployment(api, "mixed", 0)
+    secret(api, "mixed-queue", {"connection": azurite.connection_string})
+    secret(api, "mixed-redis", {"password": redis_server.password})
+    rule(api, "mixed", queue.queue_name, "mixed-queue", sources=[
+        {"type": "azure-queue", "queueName": queue.queue_name,
+         "connectionSecretRef": {"name": "mixed-queue", "key": "connection"}},
+        {"type": "redis-list", "listName": jobs, "host": "127.0.0.1", "port": redis_server.port,
+         "passwordSecretRef": {"name": "mixed-redis", "key": "password"}},
+    ], policy={"targetPerReplica": 10, "tolerance": 0, "scaleDown": {"stabilizationWindow": 0, "delay": 0},
+               "scaleToZeroDelay": "2s"})
+    operators()
+
+    wait_for("5 replicas for 25 + 17 messages at 10 per replica", lambda: replicas(kube, "mixed") == 5,
+             describe=lambda: f"replicas {replicas(kube, 'mixed')}, {status(kube, 'mixed').get('sources')}")
+    wait_for("status to show both sources", lambda: status(kube, "mixed").get("queueLength") == 42)
+    assert [s["count"] for s in status(kube, "mixed")["sources"]] == [25, 17]
+
+    queue.clear_messages()  # the Redis list alone now: 17 -> 2 replicas
+    wait_for("2 replicas for the list alone", lambda: replicas(kube, "mixed") == 2,
+             describe=lambda: f"replicas {replicas(kube, 'mixed')}, {status(kube, 'mixed').get('sources')}")
+    redis_server.cli("DEL", jobs)
+    wait_for("zero once both are empty", lambda: replicas(kube, "mixed") == 0, timeout=15)
+    everything = yaml.safe_dump([kube.list_objects("queuescale.io/v1alpha1", "QueueScaler", NS), kube.events(NS)])
+    assert redis_server.password not in everything

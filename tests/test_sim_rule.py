@@ -111,3 +111,35 @@ async def test_a_visible_count_source_peeks_below_32_and_falls_back_above() -> N
     world.put(1, 40)
     world.step(1)
     assert (await source.poll(10)).count == 60  # 55 visible: peek says "32 or more", so the approximate count
+
+
+async def test_each_kind_of_source_reads_what_its_kind_counts() -> None:
+    from controller.simulator.adapters import SimulatedSource
+    from controller.simulator.world import World
+    from controller.sources.aws_sqs import AwsSqsSource
+    from controller.sources.rabbitmq import RabbitMqSource
+    from controller.sources.redis_list import RedisListSource
+    from controller.sources.sql_table import SqlTableSource
+    from controller.spec import SecretKeyRef
+
+    sc = scenario(workers={"startupDelay": 0, "serviceTime": 30, "initialReplicas": 5})
+    world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
+    world.put(0, 20)
+    world.put(0, 4, delay=300)
+    world.step(0)
+    lists = RedisListSource(type="redis-list", list_name="jobs", host="h")
+    table = SqlTableSource(type="sql-table", table="jobs", host="h", database="d", user="u")
+    pending = RedisListSource(type="redis-list", stream_name="s", consumer_group="g", host="h")
+    both = RedisListSource(type="redis-list", stream_name="s", consumer_group="g", host="h",
+                           stream_count="pendingAndLag")
+    ready = RabbitMqSource(type="rabbitmq", queue="q", management_url="http://r")
+    unacked = RabbitMqSource(type="rabbitmq", queue="q", management_url="http://r", count="readyAndUnacked")
+    key_id, secret_key = SecretKeyRef("aws", "id"), SecretKeyRef("aws", "secret")
+    sqs = AwsSqsSource(type="aws-sqs", queue_url="https://q/123456789012/q", region="eu-west-1",
+                       access_key_id_secret_ref=key_id, secret_access_key_secret_ref=secret_key)
+    sqs_all = AwsSqsSource(type="aws-sqs", queue_url="https://q/123456789012/q", region="eu-west-1",
+                           access_key_id_secret_ref=key_id, secret_access_key_secret_ref=secret_key,
+                           include_in_flight=True)
+    specs = (lists, table, pending, both, ready, unacked, sqs, sqs_all)
+    counts = [(await SimulatedSource(spec, world).poll(10)).count for spec in specs]
+    assert counts == [15, 15, 5, 20, 15, 20, 15, 20]  # 5 in flight, 4 not yet due: a list and a table see neither

@@ -254,7 +254,7 @@ def test_non_object_documents_are_errors_not_tracebacks() -> None:
 
 def test_unknown_source_kind_lists_the_known_ones() -> None:
     message = one_error(rule(sources=[{"type": "kafka"}]))
-    assert message == 'spec.sources[0].type: unknown queue kind "kafka" (known: azure-queue)'
+    assert message == 'spec.sources[0].type: unknown queue kind "kafka" (known: aws-sqs, azure-queue, rabbitmq, redis-list, sql-table)'
 
 
 def test_source_weight_must_be_positive() -> None:

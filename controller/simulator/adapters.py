@@ -6,6 +6,7 @@ With these, the very `Reconciler` (and so `policy.decide`) the operator runs dri
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from controller.policy import SourceReading
@@ -29,6 +30,29 @@ class VirtualClock:
         self.t += max(0.0, seconds)
 
 
+_KIND_COUNTS: dict[tuple[str, str | bool | None], Callable[[World], int]] = {
+    ("redis-list", None): lambda world: world.visible_count,
+    ("redis-list", "pending"): lambda world: world.in_flight_count,
+    ("redis-list", "pendingAndLag"): lambda world: world.visible_count + world.in_flight_count,
+    ("sql-table", None): lambda world: world.visible_count,
+    ("rabbitmq", "ready"): lambda world: world.visible_count,
+    ("rabbitmq", "readyAndUnacked"): lambda world: world.visible_count + world.in_flight_count,
+    ("aws-sqs", False): lambda world: world.visible_count,
+    ("aws-sqs", True): lambda world: world.visible_count + world.in_flight_count,
+}
+
+
+def _count_mode(spec: SourceSpec) -> str | bool | None:
+    """Which of its kind's counts a source reads (read by name: the simulator does not import the sources)."""
+    if spec.type == "redis-list":
+        return getattr(spec, "stream_count", None) if getattr(spec, "stream_name", None) else None
+    if spec.type == "rabbitmq":
+        return getattr(spec, "count", None)
+    if spec.type == "aws-sqs":
+        return bool(getattr(spec, "include_in_flight", False))
+    return None
+
+
 class SimulatedSource:
     """The `Source` of a rule, reading the simulated queue the way Azure answers."""
 
@@ -39,6 +63,9 @@ class SimulatedSource:
         self.world = world
         # azure-queue's countStrategy "visible" peeks at most 32 messages, then falls back to the approximate count.
         self.visible_only = getattr(spec, "count_strategy", "approximate") == "visible"
+        # What the other kinds count (docs/simulator.md, "Queue kinds"): a list's LLEN and a job table's due,
+        # unclaimed rows are exactly the visible messages; a stream's pending entries are the in-flight ones.
+        self.count_of = _KIND_COUNTS.get((spec.type, _count_mode(spec)))
 
     @property
     def spec(self) -> SourceSpec:
@@ -46,6 +73,8 @@ class SimulatedSource:
 
     async def poll(self, budget: float) -> SourceReading:  # noqa: ARG002  (answers at once)
         world = self.world
+        if self.count_of is not None:
+            return SourceReading.of(self.count_of(world))
         if self.visible_only and world.visible_count < PEEK_LIMIT:
             return SourceReading.of(world.visible_count)
         return SourceReading.of(world.approximate_count)

@@ -3,7 +3,7 @@
 Importing this package registers every built-in kind with the spec parser and the source registry.
 """
 
-from controller.sources import azure_queue
+from controller.sources import aws_sqs, azure_queue, rabbitmq, redis_list, sql_table
 from controller.sources.base import (
     SecretResolver,
     SecretUnavailable,
@@ -12,4 +12,7 @@ from controller.sources.base import (
     build_source,
 )
 
-__all__ = ["SecretResolver", "SecretUnavailable", "Source", "SourceContext", "azure_queue", "build_source"]
+__all__ = [
+    "SecretResolver", "SecretUnavailable", "Source", "SourceContext", "aws_sqs", "azure_queue", "build_source",
+    "rabbitmq", "redis_list", "sql_table",
+]

@@ -1,0 +1,205 @@
+"""Amazon SQS: the `aws-sqs` kind's fields, validation and poller.
+
+One `GetQueueAttributes` call (AWS JSON 1.0 protocol: `POST /` with `X-Amz-Target: AmazonSQS.GetQueueAttributes`)
+over the shared `httpx.AsyncClient`, signed with SigV4 by `aws_sigv4` (no AWS SDK). The count is
+`ApproximateNumberOfMessages` (visible), plus `ApproximateNumberOfMessagesNotVisible` (in flight) with
+`includeInFlight: true`.
+
+Transient failures (5xx, throttling, timeouts, refused connections) are retried within the poll's budget;
+permanent ones (no such queue, access denied, bad signature) fail at once. Messages name the queue URL, region,
+access key id and Secret, never the secret access key or session token.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import httpx
+
+from controller.policy import SourceError, SourceReading
+from controller.sources.aws_sigv4 import AwsCredentials, sign
+from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
+from controller.sources.retries import RetryPolicy, deadline_for, with_retries
+from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
+
+log = logging.getLogger(__name__)
+
+TYPE = "aws-sqs"
+_REGION = r"[a-z]{2}(-[a-z]+)+-\d"
+_AWS_HOST = re.compile(rf"sqs\.({_REGION})\.amazonaws\.com(\.cn)?")
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_THROTTLING = {"ThrottlingException", "RequestThrottled", "ServiceUnavailable", "InternalFailure",
+               "KmsThrottled"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AwsSqsSource(SourceSpec):
+    """One SQS queue, by URL, and the access key that may read its attributes."""
+
+    queue_url: str
+    region: str
+    access_key_id_secret_ref: SecretKeyRef
+    secret_access_key_secret_ref: SecretKeyRef
+    session_token_secret_ref: SecretKeyRef | None = None
+    include_in_flight: bool = False
+
+    @property
+    def queue_label(self) -> str:
+        return self.queue_url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def parse(f: Fields, weight: float) -> AwsSqsSource:
+    url = f.string("queueURL", required=True, pattern=r"https?://[^\s/?#@]+/\d{12}/[A-Za-z0-9_-]{1,75}(\.fifo)?",
+                   pattern_help="must be a queue URL, https://sqs.<region>.amazonaws.com/<account>/<queue>",
+                   max_length=2048)
+    region = f.optional_string("awsRegion", pattern=_REGION, pattern_help="must be an AWS region such as eu-west-1")
+    key_id = f.secret_ref("accessKeyIdSecretRef")
+    secret = f.secret_ref("secretAccessKeySecretRef")
+    token = f.secret_ref("sessionTokenSecretRef")
+    include = f.boolean("includeInFlight", False)
+    host_match = _AWS_HOST.fullmatch(urlsplit(url).hostname or "") if url else None
+    if region is None:
+        if host_match is not None:
+            region = host_match.group(1)
+        elif url:
+            f.error("awsRegion", "is required when queueURL is not sqs.<region>.amazonaws.com")
+    elif host_match is not None and host_match.group(1) != region:
+        f.error("awsRegion", f'must match the queue URL\'s region "{host_match.group(1)}", got "{region}"')
+    if key_id is None:
+        f.missing("accessKeyIdSecretRef")
+    if secret is None:
+        f.missing("secretAccessKeySecretRef")
+    placeholder = SecretKeyRef("", "")
+    return AwsSqsSource(type=TYPE, weight=weight, queue_url=url, region=region or "",
+                        access_key_id_secret_ref=key_id or placeholder,
+                        secret_access_key_secret_ref=secret or placeholder, session_token_secret_ref=token,
+                        include_in_flight=include)
+
+
+class AwsSqsPoller:
+    """Polls one SQS queue; the credentials are read from their Secrets on every poll."""
+
+    def __init__(self, spec: AwsSqsSource, context: SourceContext, *, retry: RetryPolicy | None = None,
+                 rng: random.Random | None = None) -> None:
+        self._spec = spec
+        self._context = context
+        self._retry = retry or RetryPolicy()
+        self._rng = rng or random.Random()
+        self.attempts = 0
+
+    @property
+    def spec(self) -> AwsSqsSource:
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"AwsSqsPoller(queue={self._spec.queue_url!r}, region={self._spec.region!r})"
+
+    async def aclose(self) -> None:
+        return None
+
+    def _now(self) -> float:
+        return self._context.now() if self._context.now is not None else time.time()
+
+    async def poll(self, budget: float) -> SourceReading:
+        """The queue's approximate visible (and in-flight) messages, or an error reading. Never raises."""
+        deadline = deadline_for(budget)
+        self.attempts = 0
+        try:
+            try:
+                credentials = await self._credentials()
+            except SecretUnavailable as exc:
+                return SourceReading.failed(exc.code, exc.message, retryable=False)
+            outcome = await with_retries(lambda timeout: self._attempt(credentials, timeout), deadline, self._retry,
+                                         self._rng)
+            self.attempts = outcome.attempts
+            if outcome.error is not None:
+                return SourceReading(count=None, error=outcome.error)
+            assert outcome.value is not None
+            return SourceReading.of(outcome.value)
+        except Exception as exc:  # never raise out of a poll
+            log.error("aws-sqs %s: unexpected %s", self._spec.queue_label, type(exc).__name__)
+            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+
+    async def _credentials(self) -> AwsCredentials:
+        spec = self._spec
+        secrets = self._context.secrets
+        key_id = await secrets(spec.access_key_id_secret_ref.name, spec.access_key_id_secret_ref.key)
+        secret = await secrets(spec.secret_access_key_secret_ref.name, spec.secret_access_key_secret_ref.key)
+        token = None
+        if spec.session_token_secret_ref is not None:
+            token = await secrets(spec.session_token_secret_ref.name, spec.session_token_secret_ref.key)
+        return AwsCredentials(key_id.strip(), secret.strip(), token.strip() if token else None)
+
+    async def _attempt(self, credentials: AwsCredentials, timeout: float) -> int | SourceError:
+        spec = self._spec
+        parts = urlsplit(spec.queue_url)
+        endpoint = f"{parts.scheme}://{parts.netloc}/"
+        names = ["ApproximateNumberOfMessages"] + (
+            ["ApproximateNumberOfMessagesNotVisible"] if spec.include_in_flight else [])
+        body = json.dumps({"QueueUrl": spec.queue_url, "AttributeNames": names}).encode()
+        headers = sign("POST", endpoint, {"content-type": "application/x-amz-json-1.0",
+                                          "x-amz-target": "AmazonSQS.GetQueueAttributes"},
+                       body, credentials, spec.region, "sqs", self._now())
+        headers.pop("host")  # httpx sets the same value
+        try:
+            response = await self._context.http.post(endpoint, content=body, headers=headers, timeout=timeout)
+        except httpx.TimeoutException:
+            return SourceError("Timeout", f"no answer from {endpoint} within {timeout:.1f}s")
+        except httpx.TransportError as exc:
+            return SourceError("ConnectionFailed", f"cannot connect to {endpoint} ({type(exc).__name__})")
+        if response.status_code == 200:
+            return self._count(response, names)
+        return self._error(response, credentials)
+
+    def _count(self, response: httpx.Response, names: list[str]) -> int | SourceError:
+        try:
+            attributes = response.json().get("Attributes") or {}
+            return sum(int(attributes[name]) for name in names)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return SourceError("InvalidResponse", f"GetQueueAttributes for {self._spec.queue_url} answered without "
+                               f"{' and '.join(names)}", retryable=False)
+
+    def _error(self, response: httpx.Response, credentials: AwsCredentials) -> SourceError:
+        spec = self._spec
+        status = response.status_code
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        kind = str(body.get("__type", "") if isinstance(body, dict) else "").rsplit("#", 1)[-1]
+        query_error = response.headers.get("x-amzn-query-error", "").split(";", 1)[0]
+        code = kind or query_error.rsplit(".", 1)[-1] or f"HTTP{status}"
+        aws_message = str(body.get("message") or body.get("Message") or "") if isinstance(body, dict) else ""
+        queue = f"queue {spec.queue_url}"
+        key = f"access key '{credentials.access_key_id}'"
+        check = (f": check the Secrets '{spec.access_key_id_secret_ref.name}' and "
+                 f"'{spec.secret_access_key_secret_ref.name}'")
+        if code in ("QueueDoesNotExist", "NonExistentQueue"):
+            return SourceError("QueueDoesNotExist", f"{queue} does not exist in {spec.region}: fix queueURL "
+                               "or awsRegion", retryable=False)
+        if code in ("InvalidClientTokenId", "UnrecognizedClientException", "SignatureDoesNotMatch",
+                    "IncompleteSignature", "ExpiredToken", "InvalidSignatureException", "MissingAuthenticationToken"):
+            return SourceError(code, f"AWS rejected {key} for {queue} ({code}){check} (or this machine's clock is "
+                               "more than 5 minutes off)", retryable=False)
+        if code in ("AccessDenied", "AccessDeniedException", "KMSAccessDenied"):
+            return SourceError("AccessDenied", f"{key} may not read {queue}: allow sqs:GetQueueAttributes on it",
+                               retryable=False)
+        retryable = status in _RETRYABLE_STATUS or code in _THROTTLING
+        detail = f": {aws_message[:200]}" if aws_message else ""
+        return SourceError(code, f"HTTP {status} ({code}) from SQS for {queue}{detail}", retryable=retryable)
+
+
+def _build(spec: SourceSpec, context: SourceContext) -> AwsSqsPoller:
+    if not isinstance(spec, AwsSqsSource):
+        raise TypeError(f"aws-sqs factory got a {type(spec).__name__}")
+    return AwsSqsPoller(spec, context)
+
+
+register_source_kind(TYPE, parse)
+register_source_factory(TYPE, _build)

@@ -1,0 +1,164 @@
+"""RabbitMQ: the `rabbitmq` kind's fields, validation and poller.
+
+One call to the management HTTP API, `GET {managementURL}/api/queues/{vhost}/{queue}` with HTTP basic auth, over
+the shared `httpx.AsyncClient`; the count is `messages_ready`, plus `messages_unacknowledged` with
+`count: readyAndUnacked`. The management plugin refreshes these figures every `collect_statistics_interval`
+(5 s by default), so a count may be that old.
+
+Transient failures (5xx, 429, timeouts, refused connections) are retried within the poll's budget; 401, 403 and
+404 fail at once. Messages name the URL, vhost, queue, user and Secret, never the password.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+from typing import Literal
+from urllib.parse import quote
+
+import httpx
+
+from controller.policy import SourceError, SourceReading
+from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
+from controller.sources.retries import RetryPolicy, deadline_for, with_retries
+from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
+
+log = logging.getLogger(__name__)
+
+TYPE = "rabbitmq"
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, kw_only=True)
+class RabbitMqSource(SourceSpec):
+    """One RabbitMQ queue, read through the management API."""
+
+    queue: str
+    management_url: str
+    vhost: str = "/"
+    username: str = "guest"
+    password_secret_ref: SecretKeyRef | None = None
+    count: Literal["ready", "readyAndUnacked"] = "ready"
+
+    @property
+    def queue_label(self) -> str:
+        return self.queue if self.vhost == "/" else f"{self.vhost}/{self.queue}"
+
+
+def parse(f: Fields, weight: float) -> RabbitMqSource:
+    queue = f.string("queue", required=True, max_length=255)
+    url = f.string("managementURL", required=True, pattern=r"https?://[^\s/?#@]+(/[^\s?#]*)?", max_length=2048,
+                   pattern_help="must be an http(s) URL with no credentials or query, e.g. http://rabbitmq:15672")
+    vhost = f.string("vhost", "/", max_length=255)
+    username = f.string("username", "guest", pattern=r"[^\s]+", pattern_help="must have no white space",
+                        max_length=128)
+    password = f.secret_ref("passwordSecretRef")
+    count = f.choice("count", ("ready", "readyAndUnacked"), "ready")
+    if not vhost and f.has("vhost"):
+        f.error("vhost", "must not be empty (the default vhost is \"/\")")
+    return RabbitMqSource(type=TYPE, weight=weight, queue=queue, management_url=url.rstrip("/"), vhost=vhost or "/",
+                          username=username, password_secret_ref=password, count=count)  # type: ignore[arg-type]
+
+
+class RabbitMqPoller:
+    """Polls one queue through the management API; the password is read from its Secret on every poll."""
+
+    def __init__(self, spec: RabbitMqSource, context: SourceContext, *, retry: RetryPolicy | None = None,
+                 rng: random.Random | None = None) -> None:
+        self._spec = spec
+        self._context = context
+        self._retry = retry or RetryPolicy()
+        self._rng = rng or random.Random()
+        self.attempts = 0
+
+    @property
+    def spec(self) -> RabbitMqSource:
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"RabbitMqPoller(queue={self._spec.queue_label!r}, url={self._spec.management_url!r})"
+
+    async def aclose(self) -> None:
+        return None
+
+    @property
+    def _url(self) -> str:
+        spec = self._spec
+        return f"{spec.management_url}/api/queues/{quote(spec.vhost, safe='')}/{quote(spec.queue, safe='')}"
+
+    async def poll(self, budget: float) -> SourceReading:
+        """The queue's ready (and unacknowledged) messages, or an error reading. Never raises."""
+        deadline = deadline_for(budget)
+        self.attempts = 0
+        try:
+            password = ""
+            ref = self._spec.password_secret_ref
+            if ref is not None:
+                try:
+                    password = await self._context.secrets(ref.name, ref.key)
+                except SecretUnavailable as exc:
+                    return SourceReading.failed(exc.code, exc.message, retryable=False)
+            auth = httpx.BasicAuth(self._spec.username, password)
+            outcome = await with_retries(lambda timeout: self._attempt(auth, timeout), deadline, self._retry,
+                                         self._rng)
+            self.attempts = outcome.attempts
+            if outcome.error is not None:
+                return SourceReading(count=None, error=outcome.error)
+            assert outcome.value is not None
+            return SourceReading.of(outcome.value)
+        except Exception as exc:  # never raise out of a poll
+            log.error("rabbitmq %s: unexpected %s", self._spec.queue_label, type(exc).__name__)
+            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+
+    async def _attempt(self, auth: httpx.BasicAuth, timeout: float) -> int | SourceError:
+        spec = self._spec
+        try:
+            response = await self._context.http.get(self._url, auth=auth, timeout=timeout)
+        except httpx.TimeoutException:
+            return SourceError("Timeout", f"no answer from {spec.management_url} within {timeout:.1f}s")
+        except httpx.TransportError as exc:
+            return SourceError("ConnectionFailed", f"cannot connect to {spec.management_url} ({type(exc).__name__})")
+        status = response.status_code
+        where = f"queue '{spec.queue}' in vhost '{spec.vhost}' at {spec.management_url}"
+        if status == 200:
+            return self._count(response, where)
+        if status == 401:
+            check = (f": check the Secret '{spec.password_secret_ref.name}' key '{spec.password_secret_ref.key}'"
+                     if spec.password_secret_ref is not None else "")
+            return SourceError("AuthenticationFailed", f"RabbitMQ at {spec.management_url} rejected user "
+                               f"'{spec.username}'{check} (a user needs the monitoring tag to use the API)",
+                               retryable=False)
+        if status == 403:
+            return SourceError("NotAuthorised", f"user '{spec.username}' may not read {where}: give it the "
+                               f"monitoring tag and a permission on vhost '{spec.vhost}'", retryable=False)
+        if status == 404:
+            return SourceError("QueueNotFound", f"{where} does not exist (or the vhost does not): fix queue or "
+                               "vhost", retryable=False)
+        return SourceError(f"HTTP{status}", f"HTTP {status} from the management API for {where}",
+                           retryable=status in _RETRYABLE_STATUS)
+
+    def _count(self, response: httpx.Response, where: str) -> int | SourceError:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        fields = ["messages_ready"] + (["messages_unacknowledged"] if self._spec.count == "readyAndUnacked" else [])
+        values = [body.get(name) if isinstance(body, dict) else None for name in fields]
+        if isinstance(body, dict) and all(v is None for v in values) and "messages_ready" not in body:
+            # A queue that has never been sampled yet has no figures: retry until the first sample.
+            return SourceError("StatisticsNotReady", f"the management API has no message figures for {where} yet")
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            return SourceError("InvalidResponse", f"the management API answer for {where} has no "
+                               f"{' and '.join(fields)}", retryable=False)
+        return sum(int(v) for v in values if isinstance(v, int))
+
+
+def _build(spec: SourceSpec, context: SourceContext) -> RabbitMqPoller:
+    if not isinstance(spec, RabbitMqSource):
+        raise TypeError(f"rabbitmq factory got a {type(spec).__name__}")
+    return RabbitMqPoller(spec, context)
+
+
+register_source_kind(TYPE, parse)
+register_source_factory(TYPE, _build)

@@ -1,0 +1,465 @@
+"""SQL job tables: the `sql-table` kind's fields, validation and poller (PostgreSQL).
+
+The count is the number of due, unclaimed rows of a table that workers claim with `SELECT ... FOR UPDATE SKIP
+LOCKED`. The rule describes the rows declaratively (table, due-time column, claim column and the value that means
+"unclaimed", an optional extra condition), or gives its own single `SELECT count(*) ...`. Either way the query
+runs in a READ ONLY transaction with a statement timeout no longer than the poll's budget, so a rule can neither
+write nor hold a connection for long. A plain count takes no row locks, so it never waits for the workers' locks.
+
+With a due-time column the reading's note also says how long the oldest due row has waited.
+
+The driver is asyncpg, an optional extra (`pip install 'queuescale[postgres]'`); without it a poll fails with the
+code `DriverNotInstalled`. Messages name the host, database, user, table and Secret, never a password or a DSN.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import decimal
+import hashlib
+import logging
+import random
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import unquote, urlsplit
+
+from controller.policy import SourceError, SourceReading
+from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
+from controller.sources.retries import RetryPolicy, deadline_for, with_retries
+from controller.spec import Fields, SecretKeyRef, SourceSpec, format_duration, register_source_kind
+
+log = logging.getLogger(__name__)
+
+TYPE = "sql-table"
+INSTALL_HINT = "pip install 'queuescale[postgres]'"
+SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+_IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_$]{0,62}"
+_TABLE = rf"{_IDENTIFIER}(\.{_IDENTIFIER})?"
+_HOST = r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]"
+MAX_STATEMENT_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SqlTableSource(SourceSpec):
+    """One job table (or one custom count query) and how to reach its database."""
+
+    engine: Literal["postgresql"] = "postgresql"
+    table: str | None = None
+    due_column: str | None = None
+    claim_column: str | None = None
+    unclaimed_value: str | None = None  # None: a row is unclaimed while claim_column IS NULL
+    where: str | None = None
+    query: str | None = None
+    host: str | None = None
+    port: int = 5432
+    database: str | None = None
+    user: str | None = None
+    password_secret_ref: SecretKeyRef | None = None
+    dsn_secret_ref: SecretKeyRef | None = None
+    ssl_mode: str = "prefer"
+    statement_timeout: float = 5.0
+
+    @property
+    def queue_label(self) -> str:
+        return self.table or "query"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Validating SQL text
+
+
+def _strip_sql(text: str) -> str | None:
+    """`text` with string literals, quoted identifiers and comments blanked; None when one is not closed."""
+    out: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "'" or c == '"':
+            end = i + 1
+            while True:
+                end = text.find(c, end)
+                if end < 0:
+                    return None
+                if end + 1 < n and text[end + 1] == c:  # '' or "" inside
+                    end += 2
+                    continue
+                break
+            out.append(" x ")
+            i = end + 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+            out.append(" ")
+        elif text.startswith("/*", i):
+            end = text.find("*/", i + 2)
+            if end < 0:
+                return None
+            out.append(" ")
+            i = end + 2
+        elif c == "$" and (match := re.match(r"\$([A-Za-z_][A-Za-z0-9_]*)?\$", text[i:])):
+            tag = match.group(0)
+            end = text.find(tag, i + len(tag))
+            if end < 0:
+                return None
+            out.append(" x ")
+            i = end + len(tag)
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def select_problem(query: str) -> str | None:
+    """Why `query` is not a single read-only SELECT, or None when it is one."""
+    stripped = _strip_sql(query)
+    if stripped is None:
+        return "has an unclosed quote or comment"
+    body = stripped.strip()
+    if body.endswith(";"):
+        body = body[:-1].rstrip()
+    if ";" in body:
+        return "must be a single statement (no ';' but at the end)"
+    if not re.match(r"(?is)select\b", body):
+        return "must be a SELECT"
+    if re.search(r"(?is)\bfor\s+(no\s+key\s+)?(update|share|key\s+share)\b", body):
+        return "must not lock rows (FOR UPDATE / FOR SHARE): the workers' claims would wait for it"
+    if re.search(r"(?is)\binto\b", body):
+        return "must not SELECT ... INTO"
+    return None
+
+
+def _where_problem(condition: str) -> str | None:
+    stripped = _strip_sql(condition)
+    if stripped is None:
+        return "has an unclosed quote or comment"
+    if ";" in stripped or "--" in condition or "/*" in condition:
+        return "must be one condition: no ';' or comments"
+    return None
+
+
+def parse(f: Fields, weight: float) -> SqlTableSource:
+    engine = f.choice("engine", ("postgresql",), "postgresql")
+    table = f.optional_string("table", pattern=_TABLE, max_length=127,
+                              pattern_help="must be a table name, optionally schema-qualified (letters, digits, _)")
+    due = f.optional_string("dueColumn", pattern=_IDENTIFIER, pattern_help="must be a column name")
+    claim = f.optional_string("claimColumn", pattern=_IDENTIFIER, pattern_help="must be a column name")
+    unclaimed = f.optional_string("unclaimedValue", max_length=256)
+    where = f.optional_string("where", max_length=1024)
+    query = f.optional_string("query", max_length=4096)
+    if where is not None and (problem := _where_problem(where)):
+        f.error("where", problem)
+    if query is not None and (problem := select_problem(query)):
+        f.error("query", problem)
+    if table is None and query is None:
+        f.error("", "must set table or query")
+    elif table is not None and query is not None:
+        f.error("query", "cannot be combined with table: describe the rows, or give the whole query")
+    if query is not None:
+        for name in ("dueColumn", "claimColumn", "unclaimedValue", "where"):
+            if f.has(name):
+                f.error(name, "applies only with table (write it into query)")
+    if unclaimed is not None and claim is None:
+        f.error("unclaimedValue", "applies only with claimColumn")
+
+    host = f.optional_string("host", pattern=_HOST, pattern_help="must be a host name or IP address", max_length=253)
+    port = f.integer("port", 5432, minimum=1, maximum=65535)
+    database = f.optional_string("database", max_length=63)
+    user = f.optional_string("user", max_length=63)
+    password = f.secret_ref("passwordSecretRef")
+    dsn = f.secret_ref("dsnSecretRef")
+    ssl_mode = f.choice("sslMode", SSL_MODES, "prefer")
+    statement_timeout = f.duration("statementTimeout", 5.0, minimum=0.001)
+    if statement_timeout > MAX_STATEMENT_TIMEOUT:
+        f.error("statementTimeout", f"must be at most {format_duration(MAX_STATEMENT_TIMEOUT)}, got "
+                f"{format_duration(statement_timeout)}")
+    if dsn is None:
+        if host is None:
+            f.error("", "must set host or dsnSecretRef")
+        else:
+            for name, value in (("database", database), ("user", user)):
+                if value is None:
+                    f.error(name, "is required with host")
+    else:
+        for name in ("host", "port", "database", "user", "sslMode"):
+            if f.has(name):
+                f.error(name, "comes from the DSN when dsnSecretRef is set")
+
+    return SqlTableSource(
+        type=TYPE, weight=weight, engine=engine,  # type: ignore[arg-type]
+        table=table, due_column=due, claim_column=claim, unclaimed_value=unclaimed, where=where, query=query,
+        host=host, port=port, database=database, user=user, password_secret_ref=password, dsn_secret_ref=dsn,
+        ssl_mode=ssl_mode, statement_timeout=statement_timeout,
+    )
+
+
+def _quote(identifier: str) -> str:
+    return ".".join(f'"{part}"' for part in identifier.split("."))
+
+
+def count_query(spec: SqlTableSource) -> tuple[str, tuple[str, ...]]:
+    """The SQL a poll runs and its parameters: one row of (count, age of the oldest due row in seconds or NULL)."""
+    if spec.query is not None:
+        return spec.query.strip().rstrip(";"), ()
+    assert spec.table is not None
+    conditions: list[str] = []
+    params: tuple[str, ...] = ()
+    age = "NULL::float8"
+    if spec.due_column is not None:
+        conditions.append(f"{_quote(spec.due_column)} <= now()")
+        age = f"EXTRACT(EPOCH FROM now() - min({_quote(spec.due_column)}))::float8"
+    if spec.claim_column is not None:
+        if spec.unclaimed_value is None:
+            conditions.append(f"{_quote(spec.claim_column)} IS NULL")
+        else:
+            conditions.append(f"{_quote(spec.claim_column)}::text = $1")
+            params = (spec.unclaimed_value,)
+    if spec.where is not None:
+        conditions.append(f"({spec.where})")
+    where = f" WHERE {' AND '.join(conditions)}" if conditions else ""
+    return f"SELECT count(*)::bigint, {age} FROM {_quote(spec.table)}{where}", params
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The poller
+
+
+class _InvalidDsn(Exception):
+    """The DSN Secret is not a postgresql:// URL; the message names the Secret, never the value."""
+
+
+@dataclass(frozen=True)
+class _Connection:
+    """Connection settings of this poll. Holds a password or a DSN: no repr of them."""
+
+    where: str  # "host:port/database" for messages
+    user: str
+    dsn: str | None = None
+    host: str | None = None
+    port: int = 5432
+    database: str | None = None
+    password: str | None = None
+    ssl_mode: str = "prefer"
+
+    def __repr__(self) -> str:
+        return f"_Connection({self.where!r}, user={self.user!r})"
+
+    def fingerprint(self) -> str:
+        text = "\0".join(str(p) for p in (self.dsn, self.host, self.port, self.database, self.user, self.password,
+                                            self.ssl_mode))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+def parse_dsn(dsn: str, where: str) -> tuple[str, str]:
+    """`(host:port/database, user)` of a postgresql:// DSN, for messages; raises _InvalidDsn naming `where`."""
+    try:
+        parts = urlsplit(dsn.strip())
+        port = parts.port or 5432
+    except ValueError:
+        raise _InvalidDsn(f"{where} is not a valid postgresql:// URL") from None
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise _InvalidDsn(f"{where} must be a postgresql:// URL")
+    if not parts.hostname:
+        raise _InvalidDsn(f"{where} has no host")
+    return f"{parts.hostname}:{port}/{parts.path.strip('/') or '?'}", unquote(parts.username or "?")
+
+
+# SQLSTATEs a poll may hit, and whether a later attempt may succeed.
+_PERMANENT = {
+    "28P01": "AuthenticationFailed",  # invalid_password
+    "28000": "AuthenticationFailed",  # invalid_authorization_specification (no such role, pg_hba)
+    "3D000": "DatabaseNotFound",
+    "42501": "PermissionDenied",
+    "42P01": "TableNotFound",
+    "42703": "ColumnNotFound",
+    "42601": "InvalidQuery",
+    "42883": "InvalidQuery",  # undefined_function
+    "42804": "InvalidQuery",  # datatype_mismatch
+    "22P02": "InvalidQuery",  # invalid_text_representation
+    "25006": "ReadOnlyTransaction",
+}
+_TRANSIENT = {
+    "57014": "StatementTimeout",  # query_canceled
+    "57P01": "ServerShuttingDown",
+    "57P02": "ServerShuttingDown",
+    "57P03": "ServerStarting",
+    "53300": "TooManyConnections",
+    "40001": "SerializationFailure",
+    "40P01": "Deadlock",
+    "08006": "ConnectionFailed",
+    "08001": "ConnectionFailed",
+    "08004": "ConnectionFailed",
+}
+
+
+class SqlTablePoller:
+    """Polls one job table. Secrets are read on every poll; changed ones open a new connection."""
+
+    def __init__(
+        self, spec: SqlTableSource, context: SourceContext, *, retry: RetryPolicy | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._spec = spec
+        self._context = context
+        self._retry = retry or RetryPolicy()
+        self._rng = rng or random.Random()
+        self._connection: Any = None  # an asyncpg.Connection
+        self._fingerprint = ""
+        self.attempts = 0
+        self.oldest_age: float | None = None  # seconds, from the last successful poll (see the module docstring)
+
+    @property
+    def spec(self) -> SqlTableSource:
+        return self._spec
+
+    def __repr__(self) -> str:
+        return f"SqlTablePoller(table={self._spec.queue_label!r}, host={self._spec.host!r})"
+
+    async def aclose(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            try:
+                await asyncio.wait_for(connection.close(), 2.0)
+            except Exception:
+                connection.terminate()
+
+    async def poll(self, budget: float) -> SourceReading:
+        """The number of due, unclaimed rows, or an error reading. Never raises."""
+        deadline = deadline_for(budget)
+        self.attempts = 0
+        try:
+            try:
+                import asyncpg  # noqa: F401  (the optional driver)
+            except ImportError:
+                return SourceReading.failed(
+                    "DriverNotInstalled",
+                    f"the {TYPE} kind needs the asyncpg package, which is not installed: {INSTALL_HINT}",
+                    retryable=False,
+                )
+            try:
+                connection = await self._settings()
+            except SecretUnavailable as exc:
+                return SourceReading.failed(exc.code, exc.message, retryable=False)
+            except _InvalidDsn as exc:
+                return SourceReading.failed("InvalidDSN", str(exc), retryable=False)
+            outcome = await with_retries(lambda timeout: self._attempt(connection, timeout), deadline,
+                                         self._retry, self._rng)
+            self.attempts = outcome.attempts
+            if outcome.error is not None:
+                if outcome.error.retryable:
+                    await self.aclose()
+                return SourceReading(count=None, error=outcome.error)
+            assert outcome.value is not None
+            count, age = outcome.value
+            self.oldest_age = age
+            note = f"oldest due row waited {format_duration(age)}" if age is not None else ""
+            return SourceReading.of(count, note)
+        except Exception as exc:  # never raise out of a poll; a driver's text might hold a DSN
+            log.error("sql-table %s: unexpected %s", self._spec.queue_label, type(exc).__name__)
+            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+
+    async def _settings(self) -> _Connection:
+        spec = self._spec
+        password = None
+        if spec.password_secret_ref is not None:
+            ref = spec.password_secret_ref
+            password = await self._context.secrets(ref.name, ref.key)
+        if spec.dsn_secret_ref is not None:
+            ref = spec.dsn_secret_ref
+            dsn = await self._context.secrets(ref.name, ref.key)
+            where, user = parse_dsn(dsn, f"Secret '{ref.name}' key '{ref.key}'")
+            return _Connection(where=where, user=user, dsn=dsn.strip(), password=password)
+        assert spec.host is not None and spec.database is not None and spec.user is not None
+        return _Connection(where=f"{spec.host}:{spec.port}/{spec.database}", user=spec.user, host=spec.host,
+                           port=spec.port, database=spec.database, password=password, ssl_mode=spec.ssl_mode)
+
+    async def _connect(self, settings: _Connection, timeout: float) -> Any:
+        import asyncpg
+
+        fingerprint = settings.fingerprint()
+        if self._connection is not None and (fingerprint != self._fingerprint or self._connection.is_closed()):
+            await self.aclose()
+        if self._connection is None:
+            server_settings = {"application_name": "queuescale", "default_transaction_read_only": "on"}
+            if settings.dsn is not None:
+                self._connection = await asyncpg.connect(dsn=settings.dsn, password=settings.password,
+                                                         timeout=timeout, server_settings=server_settings,
+                                                         statement_cache_size=0)
+            else:
+                self._connection = await asyncpg.connect(
+                    host=settings.host, port=settings.port, database=settings.database, user=settings.user,
+                    password=settings.password, ssl=settings.ssl_mode, timeout=timeout,
+                    server_settings=server_settings, statement_cache_size=0,
+                )
+            self._fingerprint = fingerprint
+        return self._connection
+
+    async def _attempt(self, settings: _Connection, timeout: float) -> tuple[int, float | None] | SourceError:
+        import asyncpg
+
+        sql, params = count_query(self._spec)
+        # The server gives up a little before our own timeout, so a slow count is reported as what it is.
+        statement_ms = max(1, int(min(self._spec.statement_timeout, timeout * 0.9) * 1000))
+        try:
+            connection = await self._connect(settings, timeout)
+            async with connection.transaction(readonly=True):
+                await connection.execute(f"SET LOCAL statement_timeout = {statement_ms}")
+                row = await connection.fetchrow(sql, *params)
+        except asyncpg.PostgresError as exc:
+            return self._postgres_error(exc, settings, statement_ms)
+        except (asyncpg.InterfaceError, asyncpg.exceptions.ClientConfigurationError) as exc:
+            await self.aclose()
+            return SourceError("ConnectionFailed", f"cannot use the connection to {settings.where} "
+                               f"({type(exc).__name__})")
+        except (OSError, ConnectionError) as exc:
+            await self.aclose()
+            return SourceError("ConnectionFailed", f"cannot connect to PostgreSQL at {settings.where} "
+                               f"({type(exc).__name__})")
+        return self._read_row(row, settings)
+
+    def _read_row(self, row: Any, settings: _Connection) -> tuple[int, float | None] | SourceError:
+        what = "the query" if self._spec.query is not None else f"the count of table '{self._spec.table}'"
+        if row is None or len(row) == 0 or isinstance(row[0], bool) or not isinstance(row[0], int):
+            return SourceError("InvalidResponse", f"{what} on {settings.where} did not return a count in its first "
+                               "column", retryable=False)
+        age = row[1] if len(row) > 1 else None
+        if isinstance(age, bool) or not isinstance(age, int | float | decimal.Decimal):  # numeric: Decimal
+            age = None
+        return int(row[0]), (max(0.0, float(age)) if age is not None else None)
+
+    def _postgres_error(self, exc: Any, settings: _Connection, statement_ms: int) -> SourceError:
+        state = str(getattr(exc, "sqlstate", "") or "")
+        server_message = str(getattr(exc, "message", "") or "")[:300]
+        spec = self._spec
+        table = f"table '{spec.table}'" if spec.table else "the query"
+        if state in ("28P01", "28000"):
+            ref = spec.password_secret_ref or spec.dsn_secret_ref
+            check = f": check the Secret '{ref.name}' key '{ref.key}'" if ref is not None else ""
+            return SourceError("AuthenticationFailed", f"PostgreSQL at {settings.where} refused user "
+                               f"'{settings.user}' ({server_message}){check}", retryable=False)
+        if state == "42501":
+            return SourceError("PermissionDenied", f"user '{settings.user}' may not read {table} on "
+                               f"{settings.where} ({server_message}): GRANT SELECT on the columns the count uses "
+                               "(see docs/sources/sql-table.md)", retryable=False)
+        if state == "42P01":
+            return SourceError("TableNotFound", f"{table} does not exist on {settings.where} ({server_message})",
+                               retryable=False)
+        if state == "57014":
+            return SourceError("StatementTimeout", f"counting {table} on {settings.where} took longer than "
+                               f"{format_duration(statement_ms / 1000)}: add an index on the due/claim columns or "
+                               "raise statementTimeout")
+        code = _PERMANENT.get(state) or _TRANSIENT.get(state)
+        if code is None:
+            code = "DatabaseError"
+        return SourceError(code, f"PostgreSQL at {settings.where} answered SQLSTATE {state} for {table}: "
+                           f"{server_message}", retryable=state in _TRANSIENT or state.startswith("08"))
+
+
+def _build(spec: SourceSpec, context: SourceContext) -> SqlTablePoller:
+    if not isinstance(spec, SqlTableSource):
+        raise TypeError(f"sql-table factory got a {type(spec).__name__}")
+    return SqlTablePoller(spec, context)
+
+
+register_source_kind(TYPE, parse)
+register_source_factory(TYPE, _build)
