@@ -12,7 +12,8 @@ COPY pyproject.toml README.md ./
 COPY controller/ controller/
 RUN pip wheel --no-deps --wheel-dir /wheels . \
  && python -m venv --without-pip /opt/queuescale \
- && pip --python /opt/queuescale/bin/python install --compile /wheels/queuescale-*.whl
+ && pip --python /opt/queuescale/bin/python install --compile \
+      "$(ls /wheels/queuescale-*.whl)[redis,postgres]"
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="queuescale" \

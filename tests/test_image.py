@@ -107,3 +107,9 @@ def test_what_the_build_copies_is_not_ignored() -> None:
     for path in copied:
         assert path not in ignored
         assert (ROOT / path).exists(), path
+
+
+def test_the_image_carries_the_drivers_of_every_queue_kind() -> None:
+    # redis-list and sql-table need their drivers (extras) in the image, or rules fail with DriverNotInstalled.
+    installs = [rest for rest in arguments("RUN") if "install" in rest]
+    assert any("[redis,postgres]" in rest for rest in installs), installs
