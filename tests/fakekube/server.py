@@ -96,6 +96,9 @@ class _Route:
 class _Server(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
+    # socketserver's default listen backlog is 5: a client opening a pool of connections at once (the operator
+    # starting a thousand rules) overflowed it and waited for SYN retransmits (1 s, 3 s, 7 s...).
+    request_queue_size = 1024
 
     def __init__(self, fake: FakeKube, address: tuple[str, int]) -> None:
         self.fake = fake
@@ -132,6 +135,7 @@ class FakeKube:
         self.bookmark_interval = bookmark_interval
         self.faults: list[Fault] = []
         self.requests: list[RequestRecord] = []
+        self.request_total = 0  # every API request ever answered (the log above keeps the last 5,000)
         self._watch_epoch = 0
         self._graceful_drop = False
         self._stopping = threading.Event()
@@ -569,6 +573,7 @@ class _Handler(BaseHTTPRequestHandler):
             with fake.store.lock:
                 fake.requests.append(RequestRecord(method, parsed.path, parsed.query, content_type,
                                                    self._status_code, self.headers.get("User-Agent", "")))
+                fake.request_total += 1
                 del fake.requests[:-5000]
 
     def _decode(self, raw_body: bytes) -> Any:
@@ -736,6 +741,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(text)
             self._status_code = 200
+        elif path == "/_fake/stats" and method == "GET":
+            self.send_json(200, {"requests": fake.request_total})
         elif path == "/_fake/requests" and method == "GET":
             with fake.store.lock:
                 records = [vars(r) for r in fake.requests]
