@@ -13,8 +13,9 @@ from kubernetes.aio import config as aio_config
 
 from tests.azurite import azurite, own_azurite
 from tests.fakekube import FakeKube
+from tests.operator_harness import kube, operators
 
-__all__ = ["azurite", "own_azurite"]
+__all__ = ["azurite", "kube", "operators", "own_azurite"]
 
 
 def _server_threads() -> list[threading.Thread]:

@@ -136,6 +136,9 @@ class FakeKube:
         self.faults: list[Fault] = []
         self.requests: list[RequestRecord] = []
         self.request_total = 0  # every API request ever answered (the log above keeps the last 5,000)
+        # (method, path) of requests as they arrive, before any injected latency: a test can act while one of
+        # them is held (e.g. change an object between a client's read and its delayed write). Last 5,000.
+        self.arrived: list[tuple[str, str]] = []
         self._watch_epoch = 0
         self._graceful_drop = False
         self._stopping = threading.Event()
@@ -557,6 +560,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self._admin(method, parsed.path, params, raw_body)
                 return
             target = parsed.path + ("?" + parsed.query if parsed.query else "")
+            with fake.store.lock:
+                fake.arrived.append((method, parsed.path))
+                del fake.arrived[:-5000]
             fault = fake._take_fault(method, target)
             if fault is not None:
                 if fault.latency:
