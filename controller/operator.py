@@ -35,8 +35,17 @@ from controller.metrics import Metrics
 from controller.policy import ScalingMemory
 from controller.reconciler import Clock, Reconciler, SystemClock, TickResult
 from controller.sources.base import Source, SourceContext, build_source
-from controller.spec import API_GROUP, API_VERSION, KIND, FieldError, QueueScaler, SpecError, parse_queuescaler
-from controller.targets.base import Target
+from controller.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    FieldError,
+    QueueScaler,
+    ScaleTargetRef,
+    SpecError,
+    parse_queuescaler,
+)
+from controller.targets.base import ScaleState, Target, TargetError
 from controller.targets.kubernetes_scale import KubernetesScaleTarget
 
 log = logging.getLogger(__name__)
@@ -128,11 +137,15 @@ class Operator:
         self.identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
         self.secrets = SecretCache(self._read_secret, ttl=options.secret_ttl)
         self.events = EventRecorder(self._send_event, self.identity)
-        self.target_factory = target_factory or self._kubernetes_target
+        factory = target_factory or self._kubernetes_target
+        self.target_factory: TargetFactory = lambda rule: LeaderGuardedTarget(factory(rule), self.may_write)
         self.rules: dict[str, RuleState] = {}
         self.leading = not options.leader_elect
         self.synced_scopes: set[str | None] = set()
         self.ready = asyncio.Event()
+        # Checked right before every write: with leader election, whether our lease is still fresh (see
+        # LeaderElector.holds_lease); `leading` alone lags behind when the process was frozen.
+        self.lease_valid: Callable[[], bool] = lambda: True
         self._lock = asyncio.Lock()
         self.metrics.leader.set(1 if self.leading else 0)
 
@@ -148,6 +161,9 @@ class Operator:
 
     def _kubernetes_target(self, rule: QueueScaler) -> Target:
         return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace)
+
+    def may_write(self) -> bool:
+        return self.leading and self.lease_valid()
 
     def _sources(self, rule: QueueScaler) -> list[Source]:
         context = SourceContext(http=self.http, secrets=self.secrets.resolver(rule.namespace), namespace=rule.namespace)
@@ -328,7 +344,7 @@ class Operator:
 
     async def _write_status(self, state: RuleState, status: dict[str, Any], now: float) -> bool:
         """Merge-patch the status subresource; keys we no longer report are set to null."""
-        if not self.leading:
+        if not self.may_write():
             return False
         patch = dict(status)
         for gone in set(state.last_status or {}) - set(status):
@@ -356,7 +372,7 @@ class RuleReporter:
 
     async def report(self, result: TickResult) -> None:
         op, state = self.operator, self.state
-        if not op.leading:
+        if not op.may_write():
             return
         now = op.clock.now()
         rule = result.rule
@@ -412,6 +428,27 @@ class RuleReporter:
         ) or since_write >= op.options.status_heartbeat:
             await op._write_status(state, status, now)
             op._count_rules()
+
+
+class LeaderGuardedTarget:
+    """A target that refuses to scale unless this replica may write at that very moment (see Operator.may_write)."""
+
+    def __init__(self, inner: Target, may_write: Callable[[], bool]) -> None:
+        self.inner = inner
+        self.may_write = may_write
+
+    @property
+    def ref(self) -> ScaleTargetRef:
+        return self.inner.ref
+
+    async def read(self) -> ScaleState:
+        return await self.inner.read()
+
+    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
+        if not self.may_write():
+            raise TargetError("NotLeader", "this replica no longer holds the leader lease: not scaling",
+                              retryable=True)
+        return await self.inner.scale(replicas, read)
 
 
 def _counts_changed(status: dict[str, Any], previous: dict[str, Any]) -> bool:
@@ -493,6 +530,7 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
                 retry_period=options.retry_period, on_started=operator.started_leading,
                 on_stopped=operator.stopped_leading,
             )
+            operator.lease_valid = elector.holds_lease
             tasks.append(asyncio.create_task(elector.run(), name="leader election"))
         await stop.wait()
         log.info("stopping: finishing in-flight ticks")
