@@ -50,6 +50,8 @@ from controller.targets.kubernetes_scale import KubernetesScaleTarget
 
 log = logging.getLogger(__name__)
 
+MAX_SPREAD = 10.0  # seconds over which rules started together begin polling
+
 AUTH_CODES = {"AuthenticationFailed", "AuthorizationPermissionMismatch", "AuthorizationResourceTypeMismatch",
               "AuthorizationFailure"}
 
@@ -285,7 +287,8 @@ class Operator:
         assert state.reconciler is not None
         state.stop = asyncio.Event()
         reconciler, stop = state.reconciler, state.stop
-        first_delay = random.uniform(0.0, reconciler.rule.spec.polling_interval) if spread else 0.0
+        # At most MAX_SPREAD: a rule polled hourly must not wait up to an hour for its first status.
+        first_delay = random.uniform(0.0, min(reconciler.rule.spec.polling_interval, MAX_SPREAD)) if spread else 0.0
 
         async def run() -> None:
             try:
