@@ -8,6 +8,7 @@ failure: the policy's fallback holds the current count.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import threading
@@ -208,3 +209,27 @@ def test_no_key_or_sas_reaches_a_log_event_status_or_metric(
     ])
     for leaked in SECRETS_USED:
         assert leaked not in produced, "a SAS signature reached the operator's output"
+
+
+async def test_polls_that_time_out_in_a_crowd_do_not_wedge_the_connection_pool(queues: FakeQueueService) -> None:
+    """Regression: cancelling requests inside httpx left pooled connections CONNECTING for ever, after which every
+    poll timed out. 300 polls at once through a pool of 10 with a 0.3 s budget must not break the next polls."""
+    import httpx
+
+    from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource
+    from controller.sources.base import SourceContext
+    from controller.spec import SecretKeyRef
+
+    queues.counts["crowd"] = 7
+
+    async def secrets(name: str, key: str) -> str:
+        return queues.connection_string(OLD_SIG)
+
+    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=10, max_keepalive_connections=10)) as http:
+        spec = AzureQueueSource(type="azure-queue", weight=1.0, queue_name="crowd",
+                                connection_secret_ref=SecretKeyRef("conn", "connection"))
+        poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets))
+        await asyncio.gather(*(poller.poll(0.3) for _ in range(300)))
+        await asyncio.sleep(1.0)
+        after = [await poller.poll(3.0) for _ in range(3)]
+    assert [r.count for r in after] == [7, 7, 7], [r.error for r in after]
