@@ -496,9 +496,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        self._status_code = code
+        self._record()  # before the client can see the answer, so a test reading the log after it sees this one
         self.end_headers()
         self.wfile.write(data)
-        self._status_code = code
 
     def send_error_status(self, error: ApiError) -> None:
         self.send_json(error.code, error.status(), error.headers)
@@ -508,9 +509,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
+        self._status_code = 200
+        self._record()
         self.end_headers()
         self.wfile.flush()
-        self._status_code = 200
 
     def send_chunk(self, event: Obj) -> bool:
         data = json.dumps(event).encode() + b"\n"
@@ -555,6 +557,7 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
         raw_body = self._read_body()
         self._status_code = 0
+        self._recorded = False
         try:
             if parsed.path.startswith("/_fake/"):
                 self._admin(method, parsed.path, params, raw_body)
@@ -575,12 +578,21 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            content_type = self.headers.get("Content-Type", "")
-            with fake.store.lock:
-                fake.requests.append(RequestRecord(method, parsed.path, parsed.query, content_type,
-                                                   self._status_code, self.headers.get("User-Agent", "")))
-                fake.request_total += 1
-                del fake.requests[:-5000]
+            self._record()
+
+    def _record(self) -> None:
+        """Add this request to the fake's log, once (with the status it was answered with, 0 for none)."""
+        if self._recorded:
+            return
+        self._recorded = True
+        fake = self.server.fake
+        parsed = urllib.parse.urlsplit(self.path)
+        content_type = self.headers.get("Content-Type", "")
+        with fake.store.lock:
+            fake.requests.append(RequestRecord(self.command, parsed.path, parsed.query, content_type,
+                                               self._status_code, self.headers.get("User-Agent", "")))
+            fake.request_total += 1
+            del fake.requests[:-5000]
 
     def _decode(self, raw_body: bytes) -> Any:
         content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
@@ -744,9 +756,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(text)))
+            self._status_code = 200
+            self._record()
             self.end_headers()
             self.wfile.write(text)
-            self._status_code = 200
         elif path == "/_fake/stats" and method == "GET":
             self.send_json(200, {"requests": fake.request_total})
         elif path == "/_fake/requests" and method == "GET":
