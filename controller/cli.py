@@ -73,6 +73,8 @@ def _run(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         health_port=args.health_port,
         status_interval=args.status_interval,
+        status_heartbeat=args.status_heartbeat,
+        secret_ttl=args.secret_ttl,
     )
     return asyncio.run(run(options))
 
@@ -101,6 +103,10 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument("--health-port", type=int, default=8081)
     run.add_argument("--status-interval", type=_duration, default=30.0,
                      help="write status changes that are only counts at most this often (default 30s)")
+    run.add_argument("--status-heartbeat", type=_duration, default=300.0,
+                     help="rewrite a status whose only change is lastPollTime this often (default 5m)")
+    run.add_argument("--secret-ttl", type=_duration, default=30.0,
+                     help="how long a Secret read is reused (default 30s; an auth error from a queue drops it)")
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     run.set_defaults(handler=_run)

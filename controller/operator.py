@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 import signal
 import socket
 from collections.abc import Callable
@@ -34,11 +35,22 @@ from controller.metrics import Metrics
 from controller.policy import ScalingMemory
 from controller.reconciler import Clock, Reconciler, SystemClock, TickResult
 from controller.sources.base import Source, SourceContext, build_source
-from controller.spec import API_GROUP, API_VERSION, KIND, FieldError, QueueScaler, SpecError, parse_queuescaler
-from controller.targets.base import Target
+from controller.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    FieldError,
+    QueueScaler,
+    ScaleTargetRef,
+    SpecError,
+    parse_queuescaler,
+)
+from controller.targets.base import ScaleState, Target, TargetError
 from controller.targets.kubernetes_scale import KubernetesScaleTarget
 
 log = logging.getLogger(__name__)
+
+MAX_SPREAD = 10.0  # seconds over which rules started together begin polling
 
 AUTH_CODES = {"AuthenticationFailed", "AuthorizationPermissionMismatch", "AuthorizationResourceTypeMismatch",
               "AuthorizationFailure"}
@@ -61,6 +73,10 @@ class OperatorOptions:
     metrics_port: int = 8080
     health_port: int = 8081
     status_interval: float = 30.0
+    # A status whose only change is lastPollTime is written this often: proof of life without a write per rule
+    # per status_interval (10,000 rules would make 333 writes/s for nothing else).
+    status_heartbeat: float = 300.0
+    secret_ttl: float = 30.0
     shutdown_grace: float = 10.0
     watch_timeout: int = 300
     http_timeout: float = 10.0
@@ -121,13 +137,17 @@ class Operator:
         self.metrics = metrics or Metrics()
         self.clock = clock or SystemClock()
         self.identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
-        self.secrets = SecretCache(self._read_secret)
+        self.secrets = SecretCache(self._read_secret, ttl=options.secret_ttl)
         self.events = EventRecorder(self._send_event, self.identity)
-        self.target_factory = target_factory or self._kubernetes_target
+        factory = target_factory or self._kubernetes_target
+        self.target_factory: TargetFactory = lambda rule: LeaderGuardedTarget(factory(rule), self.may_write)
         self.rules: dict[str, RuleState] = {}
         self.leading = not options.leader_elect
         self.synced_scopes: set[str | None] = set()
         self.ready = asyncio.Event()
+        # Checked right before every write: with leader election, whether our lease is still fresh (see
+        # LeaderElector.holds_lease); `leading` alone lags behind when the process was frozen.
+        self.lease_valid: Callable[[], bool] = lambda: True
         self._lock = asyncio.Lock()
         self.metrics.leader.set(1 if self.leading else 0)
 
@@ -144,6 +164,9 @@ class Operator:
     def _kubernetes_target(self, rule: QueueScaler) -> Target:
         return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace)
 
+    def may_write(self) -> bool:
+        return self.leading and self.lease_valid()
+
     def _sources(self, rule: QueueScaler) -> list[Source]:
         context = SourceContext(http=self.http, secrets=self.secrets.resolver(rule.namespace), namespace=rule.namespace)
         return [build_source(spec, context) for spec in rule.spec.sources]
@@ -155,7 +178,7 @@ class Operator:
             seen = set()
             for obj in objects:
                 seen.add(_key(obj))
-                await self._upsert(obj)
+                await self._upsert(obj, spread=True)
             for key, state in list(self.rules.items()):
                 in_scope = scope is None or state.namespace == scope
                 if in_scope and key not in seen:
@@ -176,7 +199,7 @@ class Operator:
             await self._delete(_key(obj))
             self._count_rules()
 
-    async def _upsert(self, obj: dict[str, Any]) -> None:
+    async def _upsert(self, obj: dict[str, Any], *, spread: bool = False) -> None:
         key = _key(obj)
         state = self.rules.get(key)
         fingerprint = _fingerprint(obj)
@@ -221,7 +244,7 @@ class Operator:
             state.reconciler.update(rule, sources)
             state.reconciler.target = self.target_factory(rule)
         if self.leading and state.task is None:
-            self._start_task(state)
+            self._start_task(state, spread=spread)
 
     def _stored_memory(self, state: RuleState) -> ScalingMemory:
         stored = memory_from_status(state.last_status)
@@ -258,14 +281,18 @@ class Operator:
 
     # ---------------------------------------------------------------------------------------------- tasks
 
-    def _start_task(self, state: RuleState) -> None:
+    def _start_task(self, state: RuleState, *, spread: bool = False) -> None:
+        """Start the rule's loop. `spread`: rules started together (a relist, a new leader) begin at a random
+        point of their first interval, so N rules make N/interval requests a second rather than N at once."""
         assert state.reconciler is not None
         state.stop = asyncio.Event()
         reconciler, stop = state.reconciler, state.stop
+        # At most MAX_SPREAD: a rule polled hourly must not wait up to an hour for its first status.
+        first_delay = random.uniform(0.0, min(reconciler.rule.spec.polling_interval, MAX_SPREAD)) if spread else 0.0
 
         async def run() -> None:
             try:
-                await reconciler.run(stop)
+                await reconciler.run(stop, first_delay=first_delay)
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -296,7 +323,7 @@ class Operator:
                 elif state.reconciler is not None and state.task is None:
                     # Another leader may have written since: take its memory so cooldowns carry over.
                     state.reconciler.memory = self._stored_memory(state)
-                    self._start_task(state)
+                    self._start_task(state, spread=True)
 
     async def stopped_leading(self) -> None:
         # No lock: stop writing at once, even in the middle of a sync.
@@ -320,7 +347,7 @@ class Operator:
 
     async def _write_status(self, state: RuleState, status: dict[str, Any], now: float) -> bool:
         """Merge-patch the status subresource; keys we no longer report are set to null."""
-        if not self.leading:
+        if not self.may_write():
             return False
         patch = dict(status)
         for gone in set(state.last_status or {}) - set(status):
@@ -348,7 +375,7 @@ class RuleReporter:
 
     async def report(self, result: TickResult) -> None:
         op, state = self.operator, self.state
-        if not op.leading:
+        if not op.may_write():
             return
         now = op.clock.now()
         rule = result.rule
@@ -398,11 +425,39 @@ class RuleReporter:
 
         status = tick_status(result, state.last_status, now)
         previous = state.last_status or {}
+        since_write = now - state.last_write
         if significant(status) != significant(previous) or (
-            status != previous and now - state.last_write >= op.options.status_interval
-        ):
+            since_write >= op.options.status_interval and _counts_changed(status, previous)
+        ) or since_write >= op.options.status_heartbeat:
             await op._write_status(state, status, now)
             op._count_rules()
+
+
+class LeaderGuardedTarget:
+    """A target that refuses to scale unless this replica may write at that very moment (see Operator.may_write)."""
+
+    def __init__(self, inner: Target, may_write: Callable[[], bool]) -> None:
+        self.inner = inner
+        self.may_write = may_write
+
+    @property
+    def ref(self) -> ScaleTargetRef:
+        return self.inner.ref
+
+    async def read(self) -> ScaleState:
+        return await self.inner.read()
+
+    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
+        if not self.may_write():
+            raise TargetError("NotLeader", "this replica no longer holds the leader lease: not scaling",
+                              retryable=True)
+        return await self.inner.scale(replicas, read)
+
+
+def _counts_changed(status: dict[str, Any], previous: dict[str, Any]) -> bool:
+    """Whether anything but lastPollTime changed (counts, trend, messages)."""
+    return {k: v for k, v in status.items() if k != "lastPollTime"} != {
+        k: v for k, v in previous.items() if k != "lastPollTime"}
 
 
 def _key(obj: dict[str, Any]) -> str:
@@ -478,6 +533,7 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
                 retry_period=options.retry_period, on_started=operator.started_leading,
                 on_stopped=operator.stopped_leading,
             )
+            operator.lease_valid = elector.holds_lease
             tasks.append(asyncio.create_task(elector.run(), name="leader election"))
         await stop.wait()
         log.info("stopping: finishing in-flight ticks")

@@ -151,9 +151,14 @@ class Reconciler:
         while len(self.history) > 2 and self.history[1].time < horizon:
             self.history.pop(0)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Tick every polling interval until `stop` is set. A late tick starts at once; missed ones are skipped."""
-        next_tick = self.clock.now()
+    async def run(self, stop: asyncio.Event, *, first_delay: float = 0.0) -> None:
+        """Tick every polling interval until `stop` is set. A late tick starts at once; missed ones are skipped.
+
+        `first_delay` puts off the first tick: an operator starting thousands of rules at once spreads them over
+        one interval, instead of polling every queue and reading every target in the same instant."""
+        next_tick = self.clock.now() + max(0.0, first_delay)
+        if first_delay > 0:
+            await _sleep_or_stop(self.clock, first_delay, stop)
         while not stop.is_set():
             await self.tick(scheduled=next_tick)
             interval = self.rule.spec.polling_interval

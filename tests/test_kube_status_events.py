@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -185,3 +186,29 @@ def test_json_logs_are_one_object_per_line() -> None:
     entry = json.loads(JsonFormatter().format(record))
     assert (entry["level"], entry["logger"], entry["message"]) == ("warning", "controller.operator", "rule shop/a failed")
     assert entry["time"].endswith("Z")
+
+
+async def test_secret_cache_reads_a_secret_once_when_many_rules_miss_it_together() -> None:
+    reads: list[str] = []
+    gate = asyncio.Event()
+
+    async def read(namespace: str, name: str) -> dict[str, Any]:
+        reads.append(name)
+        await gate.wait()
+        if name == "gone":
+            raise ApiLike(404)
+        return {"conn": base64.b64encode(b"UseDevelopmentStorage=true").decode()}
+
+    cache = SecretCache(read, ttl=30)
+    resolve = cache.resolver("shop")
+    waiting = [asyncio.ensure_future(resolve("queue", "conn")) for _ in range(200)]
+    missing = [asyncio.ensure_future(resolve("gone", "conn")) for _ in range(50)]
+    await asyncio.sleep(0)
+    gate.set()
+    assert set(await asyncio.gather(*waiting)) == {"UseDevelopmentStorage=true"}
+    failures = await asyncio.gather(*missing, return_exceptions=True)
+    assert all(isinstance(f, SecretUnavailable) and f.code == "SecretNotFound" for f in failures)
+    assert sorted(reads) == ["gone", "queue"]
+    with pytest.raises(SecretUnavailable):
+        await resolve("gone", "conn")
+    assert reads.count("gone") == 2

@@ -14,185 +14,32 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-import httpx
-import pytest
 import yaml
-from azure.storage.queue import QueueServiceClient
 from kubernetes import client as kube_client
 
-from tests.azurite import Azurite, free_port
+from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
+from tests.operator_harness import (
+    NS,
+    ROOT,
+    Operator,
+    condition,
+    custom,
+    deployment,
+    events,
+    make_queue,
+    queue_name,
+    replicas,
+    rule,
+    secret,
+    setup_rule,
+    status,
+    wait_for,
+)
 from tests.servers import RedisServer
-
-ROOT = Path(__file__).resolve().parent.parent
-NS = "shop"
-
-
-def wait_for(
-    what: str, check: Callable[[], Any], timeout: float = 20.0, every: float = 0.1,
-    describe: Callable[[], str] | None = None,
-) -> Any:
-    """Poll `check` until it returns something truthy; fail with `what` (and `describe()`) after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(every)
-    seen = describe() if describe else repr(last)
-    pytest.fail(f"timed out after {timeout:g}s waiting for {what} (last: {seen})")
-
-
-class Operator:
-    """`python -m controller run` against the fake API server, on loopback ports."""
-
-    def __init__(self, kubeconfig: Path, log: Path, *extra: str) -> None:
-        self.metrics_port, self.health_port = free_port(), free_port()
-        self.log_path = log
-        self.args = [
-            sys.executable, "-m", "controller", "run", "--kubeconfig", str(kubeconfig), "--bind-address",
-            "127.0.0.1", "--metrics-port", str(self.metrics_port), "--health-port", str(self.health_port),
-            "--status-interval", "1s", "--log-format", "json", *extra,
-        ]
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Operator:
-        self._log = self.log_path.open("ab")
-        self.process = subprocess.Popen(self.args, cwd=ROOT, stdout=self._log, stderr=subprocess.STDOUT)
-        wait_for("the operator to be ready", lambda: self.get("/readyz", self.health_port) == 200, timeout=30)
-        return self
-
-    def get(self, path: str, port: int) -> int | None:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            pytest.fail(f"operator exited with {self.process.returncode}: {self.log_path.read_text()[-3000:]}")
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=2).status_code
-        except httpx.HTTPError:
-            return None
-
-    def metrics(self) -> str:
-        return httpx.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        process, self.process = self.process, None
-        if process is None:
-            return 0
-        if process.poll() is None:
-            process.send_signal(sig)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-        self._log.close()
-        return process.returncode
-
-
-@pytest.fixture
-def kube(fake_kube: FakeKube) -> FakeKube:
-    """The fake API server with the QueueScaler CRD installed and the test namespace."""
-    fake_kube.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
-    fake_kube.ensure_namespace(NS)
-    return fake_kube
-
-
-@pytest.fixture
-def operators(kube: FakeKube, kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
-
-    def start(*extra: str) -> Operator:
-        operator = Operator(kubeconfig, tmp_path / f"operator-{len(started)}.log", *extra).start()
-        started.append(operator)
-        return operator
-
-    try:
-        yield start
-    finally:
-        for operator in started:
-            operator.stop(signal.SIGKILL)
-
-
-def queue_name() -> str:
-    return f"q{uuid.uuid4().hex[:12]}"
-
-
-def make_queue(azurite: Azurite, name: str, messages: int = 0) -> Any:
-    service = QueueServiceClient.from_connection_string(azurite.connection_string)
-    queue = service.create_queue(name)
-    for i in range(messages):
-        queue.send_message(f"m{i}")
-    return queue
-
-
-def deployment(api: kube_client.ApiClient, name: str, replicas: int) -> None:
-    body = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "worker", "image": "worker:1"}]}}},
-    }
-    kube_client.AppsV1Api(api).create_namespaced_deployment(NS, body)
-
-
-def secret(api: kube_client.ApiClient, name: str, values: dict[str, str]) -> None:
-    data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
-    kube_client.CoreV1Api(api).create_namespaced_secret(NS, {"metadata": {"name": name}, "data": data})
-
-
-def rule(api: kube_client.ApiClient, name: str, queue: str, secret_name: str, **spec: Any) -> None:
-    body: dict[str, Any] = {
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {
-            "scaleTargetRef": {"name": name},
-            "minReplicas": 0, "maxReplicas": 20, "pollingInterval": "1s",
-            "sources": [{"type": "azure-queue", "queueName": queue,
-                         "connectionSecretRef": {"name": secret_name, "key": "connection"}}],
-            "policy": {"targetPerReplica": 10, "scaleDown": {"stabilizationWindow": 0, "delay": 0}, "scaleToZeroDelay": "2s"},
-            **spec,
-        },
-    }
-    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", body)
-
-
-def custom(api: kube_client.ApiClient) -> kube_client.CustomObjectsApi:
-    return kube_client.CustomObjectsApi(api)
-
-
-def replicas(kube: FakeKube, name: str) -> int:
-    return int(kube.get("apps/v1", "Deployment", name, NS)["spec"]["replicas"])
-
-
-def status(kube: FakeKube, name: str) -> dict[str, Any]:
-    return dict(kube.get("queuescale.io/v1alpha1", "QueueScaler", name, NS).get("status") or {})
-
-
-def condition(kube: FakeKube, name: str, kind: str) -> dict[str, Any]:
-    for c in status(kube, name).get("conditions") or []:
-        if c["type"] == kind:
-            return dict(c)
-    return {}
-
-
-def events(kube: FakeKube, name: str) -> list[dict[str, Any]]:
-    return [e for e in kube.events(NS) if e["involvedObject"]["name"] == name]
-
-
-def setup_rule(api: kube_client.ApiClient, azurite: Azurite, name: str, messages: int = 0, replicas: int = 0,
-               **spec: Any) -> Any:
-    queue = queue_name()
-    client = make_queue(azurite, queue, messages)
-    deployment(api, name, replicas)
-    secret(api, f"{name}-queue", {"connection": azurite.connection_string})
-    rule(api, name, queue, f"{name}-queue", **spec)
-    return client
-
 
 # ---------------------------------------------------------------------------------------------- the story
 

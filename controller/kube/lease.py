@@ -57,6 +57,11 @@ class LeaderElector:
         self._observed_at = 0.0
         self._last_renew = 0.0
 
+    def holds_lease(self) -> bool:
+        """Leader, and renewed within the renew deadline by our clock. A process that was frozen (SIGSTOP, a long
+        pause) wakes up still `is_leader` while another replica may already lead: this turns False at once."""
+        return self.is_leader and self._monotonic() - self._last_renew <= self.renew_deadline
+
     async def run(self) -> None:
         """Try to lead, and keep leading, until cancelled. Cancelling leaves the lease held: call `release()`
         once the work it guards has stopped."""

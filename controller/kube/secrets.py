@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +25,8 @@ class SecretCache:
         self.ttl = ttl
         self._now = now
         self._cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
+        # One read in flight per Secret: a thousand rules sharing a Secret that expire together read it once.
+        self._inflight: dict[tuple[str, str], asyncio.Future[tuple[float, dict[str, Any]]]] = {}
         self.reads = 0
 
     def resolver(self, namespace: str) -> SecretResolver:
@@ -45,13 +48,7 @@ class SecretCache:
     async def get(self, namespace: str, name: str, key: str) -> str:
         entry = self._cache.get((namespace, name))
         if entry is None or self._now() - entry[0] > self.ttl:
-            try:
-                data = await self._read(namespace, name)
-            except Exception as exc:
-                raise _unavailable(exc, namespace, name) from None
-            self.reads += 1
-            entry = (self._now(), data)
-            self._cache[(namespace, name)] = entry
+            entry = await self._fetch(namespace, name)
         data = entry[1]
         if key not in data or data[key] is None:
             keys = ", ".join(sorted(data)) or "none"
@@ -64,6 +61,38 @@ class SecretCache:
             raise SecretUnavailable(
                 "SecretKeyInvalid", f"Secret '{name}' key '{key}' in namespace '{namespace}' is not UTF-8 text"
             ) from None
+
+
+    async def _fetch(self, namespace: str, name: str) -> tuple[float, dict[str, Any]]:
+        """Read the Secret, or wait for the read already in flight; failures are not cached."""
+        key = (namespace, name)
+        pending = self._inflight.get(key)
+        if pending is None:
+            pending = asyncio.ensure_future(self._read_and_store(namespace, name))
+            self._inflight[key] = pending
+            pending.add_done_callback(lambda done: self._forget_inflight(key, done))
+        try:
+            return await asyncio.shield(pending)
+        except SecretUnavailable:
+            raise
+        except Exception as exc:
+            raise _unavailable(exc, namespace, name) from None
+
+    def _forget_inflight(self, key: tuple[str, str], done: asyncio.Future[Any]) -> None:
+        if self._inflight.get(key) is done:
+            del self._inflight[key]
+        if not done.cancelled():
+            done.exception()  # retrieved: a failure nobody waits for any more is not "never retrieved"
+
+    async def _read_and_store(self, namespace: str, name: str) -> tuple[float, dict[str, Any]]:
+        try:
+            data = await self._read(namespace, name)
+        except Exception as exc:
+            raise _unavailable(exc, namespace, name) from None
+        self.reads += 1
+        entry = (self._now(), data)
+        self._cache[(namespace, name)] = entry
+        return entry
 
 
 def _unavailable(exc: Exception, namespace: str, name: str) -> SecretUnavailable:

@@ -386,11 +386,20 @@ class AzureQueuePoller:
                 authorization = access.shared_key.authorization("GET", url, headers)
             if authorization:
                 headers["Authorization"] = authorization
+            # Never cancel a request inside httpx: a cancellation while httpcore waits for a pooled connection or
+            # connects leaves that connection CONNECTING for ever, and once the pool is full of them every later
+            # poll times out (seen under load: 1,000 rules, then no poll ever answered). On our deadline we stop
+            # waiting; the request itself ends by httpx's own timeout, in the background.
+            request = asyncio.ensure_future(self._context.http.get(target, headers=headers, timeout=timeout))
             try:
                 async with asyncio.timeout(timeout):
-                    response = await self._context.http.get(target, headers=headers, timeout=timeout)
+                    response = await asyncio.shield(request)
             except (TimeoutError, httpx.TimeoutException):
+                request.add_done_callback(_retrieve)
                 return _failure("Timeout", f"no answer from {path} within {timeout:.1f}s")
+            except asyncio.CancelledError:
+                request.add_done_callback(_retrieve)
+                raise
             except httpx.TransportError as exc:
                 return _failure("ConnectionFailed", f"cannot connect to {access.endpoint} ({type(exc).__name__})")
             return self._classify(response, access, path)
@@ -473,6 +482,12 @@ class AzureQueuePoller:
             return f"the queue service for account '{account}' is busy or failing (HTTP {status} {code})"
         detail = f": {azure_message}" if azure_message else ""
         return f"HTTP {status} ({code}) from {path}{detail}"
+
+
+def _retrieve(request: asyncio.Future[httpx.Response]) -> None:
+    """Mark an abandoned request's outcome as seen (no "exception was never retrieved" noise)."""
+    if not request.cancelled():
+        request.exception()
 
 
 def _failure(code: str, message: str, *, retryable: bool = True) -> _Outcome:

@@ -96,6 +96,9 @@ class _Route:
 class _Server(ThreadingHTTPServer):
     daemon_threads = False
     block_on_close = True
+    # socketserver's default listen backlog is 5: a client opening a pool of connections at once (the operator
+    # starting a thousand rules) overflowed it and waited for SYN retransmits (1 s, 3 s, 7 s...).
+    request_queue_size = 1024
 
     def __init__(self, fake: FakeKube, address: tuple[str, int]) -> None:
         self.fake = fake
@@ -132,6 +135,10 @@ class FakeKube:
         self.bookmark_interval = bookmark_interval
         self.faults: list[Fault] = []
         self.requests: list[RequestRecord] = []
+        self.request_total = 0  # every API request ever answered (the log above keeps the last 5,000)
+        # (method, path) of requests as they arrive, before any injected latency: a test can act while one of
+        # them is held (e.g. change an object between a client's read and its delayed write). Last 5,000.
+        self.arrived: list[tuple[str, str]] = []
         self._watch_epoch = 0
         self._graceful_drop = False
         self._stopping = threading.Event()
@@ -471,6 +478,13 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         del format, args
 
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes; with Nagle on, the body waits for the client's delayed ACK
+        # (~40 ms on Linux), which made every request through the official client take 50-70 ms.
+        with contextlib.suppress(OSError):
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     # ----------------------------------------------------------------------------------------------------------
     # Responses
 
@@ -482,9 +496,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        self._status_code = code
+        self._record()  # before the client can see the answer, so a test reading the log after it sees this one
         self.end_headers()
         self.wfile.write(data)
-        self._status_code = code
 
     def send_error_status(self, error: ApiError) -> None:
         self.send_json(error.code, error.status(), error.headers)
@@ -494,9 +509,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
+        self._status_code = 200
+        self._record()
         self.end_headers()
         self.wfile.flush()
-        self._status_code = 200
 
     def send_chunk(self, event: Obj) -> bool:
         data = json.dumps(event).encode() + b"\n"
@@ -541,11 +557,15 @@ class _Handler(BaseHTTPRequestHandler):
         params = {k: v[-1] for k, v in urllib.parse.parse_qs(parsed.query, keep_blank_values=True).items()}
         raw_body = self._read_body()
         self._status_code = 0
+        self._recorded = False
         try:
             if parsed.path.startswith("/_fake/"):
                 self._admin(method, parsed.path, params, raw_body)
                 return
             target = parsed.path + ("?" + parsed.query if parsed.query else "")
+            with fake.store.lock:
+                fake.arrived.append((method, parsed.path))
+                del fake.arrived[:-5000]
             fault = fake._take_fault(method, target)
             if fault is not None:
                 if fault.latency:
@@ -558,11 +578,21 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         finally:
-            content_type = self.headers.get("Content-Type", "")
-            with fake.store.lock:
-                fake.requests.append(RequestRecord(method, parsed.path, parsed.query, content_type,
-                                                   self._status_code, self.headers.get("User-Agent", "")))
-                del fake.requests[:-5000]
+            self._record()
+
+    def _record(self) -> None:
+        """Add this request to the fake's log, once (with the status it was answered with, 0 for none)."""
+        if self._recorded:
+            return
+        self._recorded = True
+        fake = self.server.fake
+        parsed = urllib.parse.urlsplit(self.path)
+        content_type = self.headers.get("Content-Type", "")
+        with fake.store.lock:
+            fake.requests.append(RequestRecord(self.command, parsed.path, parsed.query, content_type,
+                                               self._status_code, self.headers.get("User-Agent", "")))
+            fake.request_total += 1
+            del fake.requests[:-5000]
 
     def _decode(self, raw_body: bytes) -> Any:
         content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
@@ -726,9 +756,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", "text/plain; charset=utf-8")
             self.send_header("Content-Length", str(len(text)))
+            self._status_code = 200
+            self._record()
             self.end_headers()
             self.wfile.write(text)
-            self._status_code = 200
+        elif path == "/_fake/stats" and method == "GET":
+            self.send_json(200, {"requests": fake.request_total})
         elif path == "/_fake/requests" and method == "GET":
             with fake.store.lock:
                 records = [vars(r) for r in fake.requests]

@@ -1,0 +1,415 @@
+"""How many rules one operator process keeps on schedule: N rules at a 10 s polling interval, end to end.
+
+    .venv/bin/python -m benchmarks.capacity [--rules 1000 5000 10000] [--seconds 40] [--warmup 15]
+
+For each N it starts, all on 127.0.0.1:
+- the fake API server (tests/fakekube) in a process of its own, preloaded with N Deployments and N QueueScalers;
+- a small, fast Get Queue Metadata server (asyncio, in a process of its own) that answers every queue with a
+  fixed count, like Azure (`x-ms-approximate-messages-count`). Azurite is not used: at 1,000 polls/s its node
+  process, not the operator, would be what is measured (tests/azurite.py's ~1,200 polls/s from one client);
+- `queuescale run` (the real operator, a subprocess), whose rules authenticate with a connection string (Shared
+  Key signing on every poll) that points at the fast server.
+
+Once every rule has a status it measures for `--seconds`: tick lateness p50/p99 (interpolated from
+`queuescale_tick_lateness_seconds`, as histogram_quantile does) and max (the highest non-empty bucket's upper
+bound), operator CPU (share of one core) and RSS, polls/s, API requests/s (counted by the fake), the fake's own
+CPU, and the time for a burst on one rule to reach its target while all the others run. Ratios are against the
+first N of the run. Every process is stopped at the end, also on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+NS = "bench"
+STEADY_COUNT = 5  # messages in every queue: 1 replica at 10 per replica
+BURST_COUNT = 150  # the burst: 15 replicas
+TARGET_PER_REPLICA = 10
+DEV_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------------------------- queue server
+
+
+class _QueueProtocol(asyncio.Protocol):
+    """Just enough HTTP/1.1 (keep-alive, no bodies) to answer Get Queue Metadata and a `/_set` admin call."""
+
+    counts: ClassVar[dict[str, int]] = {}
+    served = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.buffer = b""
+
+    def data_received(self, data: bytes) -> None:
+        self.buffer += data
+        while b"\r\n\r\n" in self.buffer:
+            head, self.buffer = self.buffer.split(b"\r\n\r\n", 1)
+            target = head.split(b"\r\n", 1)[0].split(b" ")[1].decode()
+            url = urlsplit(target)
+            if url.path == "/_set":
+                query = parse_qs(url.query)
+                _QueueProtocol.counts[query["queue"][0]] = int(query["count"][0])
+                self.transport.write(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+                continue
+            if url.path == "/_stats":
+                body = json.dumps({"served": _QueueProtocol.served}).encode()
+                self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                continue
+            _QueueProtocol.served += 1
+            queue = url.path.rsplit("/", 1)[-1]
+            count = _QueueProtocol.counts.get(queue, STEADY_COUNT)
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nx-ms-request-id: bench\r\nx-ms-version: 2025-11-05\r\n"
+                b"x-ms-approximate-messages-count: %d\r\n\r\n" % count
+            )
+
+
+async def _serve_queues(port_file: Path) -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_QueueProtocol, "127.0.0.1", 0, backlog=1024)
+    port = server.sockets[0].getsockname()[1]
+    port_file.write_text(str(port))
+    stop = asyncio.Event()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    server.close()
+
+
+# ---------------------------------------------------------------------------------------------- fake API server
+
+
+def _rule(i: int, queue_endpoint: str) -> dict[str, Any]:
+    del queue_endpoint
+    return {
+        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+        "metadata": {"name": f"r{i}", "namespace": NS},
+        "spec": {
+            "scaleTargetRef": {"name": f"w{i}"}, "minReplicas": 0, "maxReplicas": 20, "pollingInterval": "10s",
+            "sources": [{"type": "azure-queue", "queueName": f"q{i:05d}",
+                         "connectionSecretRef": {"name": "queue", "key": "connection"}}],
+            "policy": {"targetPerReplica": TARGET_PER_REPLICA, "tolerance": 0},
+        },
+    }
+
+
+def _deployment(i: int) -> dict[str, Any]:
+    name = f"w{i}"
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [{"name": "worker", "image": "worker:1"}]}}},
+    }
+
+
+def _serve_fake(rules: int, queue_endpoint: str, kubeconfig: Path) -> None:
+    import threading
+
+    import yaml
+
+    from tests.fakekube.server import FakeKube
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    # history_limit: a status write per rule per interval must not expire the operator's watch at once.
+    fake = FakeKube(history_limit=max(1000, 4 * rules), bookmark_interval=5.0)
+    fake.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
+    fake.ensure_namespace(NS)
+    connection = (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};"
+                  f"QueueEndpoint={queue_endpoint}")
+    fake.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "queue", "namespace": NS},
+                 "data": {"connection": base64.b64encode(connection.encode()).decode()}})
+    for i in range(rules):
+        fake.create(_deployment(i))
+        fake.create(_rule(i, queue_endpoint))
+    fake.start()
+    partial = kubeconfig.with_suffix(".partial")
+    fake.write_kubeconfig(partial, NS)
+    os.replace(partial, kubeconfig)
+    try:
+        stop.wait()
+    finally:
+        fake.stop()
+
+
+# ---------------------------------------------------------------------------------------------- measuring
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+_SAMPLE = re.compile(r'^([a-z_]+)(?:\{([^}]*)\})? ([0-9.eE+-]+|NaN|\+Inf)$')
+
+
+def _samples(text: str) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            found[f"{match.group(1)}{{{match.group(2) or ''}}}"] = float(match.group(3))
+    return found
+
+
+def _buckets(samples: dict[str, float]) -> list[tuple[float, float]]:
+    out = []
+    for key, value in samples.items():
+        match = re.fullmatch(r'queuescale_tick_lateness_seconds_bucket\{le="([^"]+)"\}', key)
+        if match:
+            out.append((float(match.group(1)), value))
+    return sorted(out)
+
+
+def _quantile(q: float, buckets: list[tuple[float, float]]) -> float:
+    """histogram_quantile over cumulative (upper bound, count) pairs."""
+    total = buckets[-1][1] if buckets else 0
+    if total <= 0:
+        return float("nan")
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for upper, count in buckets:
+        if count >= rank:
+            if upper == float("inf"):
+                return lower
+            return lower + (upper - lower) * ((rank - below) / max(count - below, 1e-9))
+        lower, below = upper, count
+    return lower
+
+
+@dataclass
+class Figures:
+    rules: int
+    startup_s: float
+    p50: float
+    p99: float
+    max_le: float
+    cpu: float  # share of one core
+    rss_mb: float
+    polls_s: float
+    api_s: float
+    fake_cpu: float
+    burst_s: float
+    ticks: float
+
+
+class Run:
+    """One N: the three processes, started and stopped together."""
+
+    def __init__(self, rules: int, workdir: Path, operator_args: list[str], ready_timeout: float = 180.0) -> None:
+        self.rules = rules
+        self.ready_timeout = ready_timeout
+        self.workdir = workdir
+        self.operator_args = operator_args
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with (self.workdir / log).open("ab") as out:
+            process = subprocess.Popen(args, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+        self.processes.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        for process in reversed(self.processes):
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+    def measure(self, seconds: float, warmup: float) -> Figures:
+        me = [sys.executable, "-m", "benchmarks.capacity"]
+        port_file = self.workdir / "queue-port"
+        self._spawn([*me, "_queues", str(port_file)], "queues.log")
+        _wait("the queue server", lambda: port_file.exists() and port_file.read_text().strip() != "", 10)
+        queues = f"http://127.0.0.1:{port_file.read_text().strip()}"
+        kubeconfig = self.workdir / "kubeconfig"
+        fake = self._spawn([*me, "_fake", str(self.rules), f"{queues}/devstoreaccount1", str(kubeconfig)], "fake.log")
+        _wait("the fake API server", kubeconfig.exists, 600)
+        server = _server_of(kubeconfig)
+        from tests.azurite import free_port
+
+        metrics_port, health_port = free_port(), free_port()
+        started = time.monotonic()
+        operator = self._spawn([
+            sys.executable, "-m", "controller", "run", "--kubeconfig", str(kubeconfig), "--bind-address",
+            "127.0.0.1", "--metrics-port", str(metrics_port), "--health-port", str(health_port), "--log-level",
+            "warning", *self.operator_args,
+        ], "operator.log")
+        client = httpx.Client(timeout=30)
+
+        def scrape() -> dict[str, float]:
+            return _samples(client.get(f"http://127.0.0.1:{metrics_port}/metrics").text)
+
+        def all_reporting() -> bool:
+            if operator.poll() is not None:
+                raise RuntimeError(f"the operator exited with {operator.returncode}; see {self.workdir}")
+            try:
+                samples = scrape()
+            except httpx.HTTPError:
+                return False
+            return samples.get('queuescale_rules{state="ready"}', 0) >= self.rules
+
+        try:
+            _wait(f"all {self.rules} rules to be Ready", all_reporting, self.ready_timeout, every=1.0)
+            startup = time.monotonic() - started
+        except TimeoutError:
+            startup = float("nan")  # it did not keep up: measure what it does anyway
+            print(f"N={self.rules}: not every rule Ready after {self.ready_timeout:g}s; measuring anyway",
+                  file=sys.stderr, flush=True)
+        time.sleep(warmup)
+
+        before, cpu0, fake0 = scrape(), _cpu_seconds(operator.pid), _cpu_seconds(fake.pid)
+        api0 = client.get(f"{server}/_fake/stats").json()["requests"]
+        t0 = time.monotonic()
+        time.sleep(seconds / 3)
+        burst_rule = self.rules // 2
+        client.get(f"{queues}/_set", params={"queue": f"q{burst_rule:05d}", "count": BURST_COUNT})
+        burst_at = time.monotonic()
+        wanted = BURST_COUNT // TARGET_PER_REPLICA
+        burst = float("nan")
+        while time.monotonic() - t0 < seconds or burst != burst:
+            scale = client.get(f"{server}/apis/apps/v1/namespaces/{NS}/deployments/w{burst_rule}/scale",
+                               headers={"Authorization": "Bearer fake-token"}).json()
+            if burst != burst and scale["spec"]["replicas"] == wanted:
+                burst = time.monotonic() - burst_at
+            if time.monotonic() - burst_at > 40 and burst != burst:
+                break
+            time.sleep(0.1)
+        elapsed = time.monotonic() - t0
+        after, cpu1, fake1 = scrape(), _cpu_seconds(operator.pid), _cpu_seconds(fake.pid)
+        api1 = client.get(f"{server}/_fake/stats").json()["requests"]
+        rss = _rss_mb(operator.pid)
+        client.close()
+
+        delta = [(le, count - dict(_buckets(before)).get(le, 0)) for le, count in _buckets(after)]
+        top = max((le for le, count in delta if count > 0 and (le == delta[0][0] or count > dict(delta).get(
+            _below(le, delta), 0))), default=0.0)
+        polls = sum(v for k, v in after.items() if k.startswith("queuescale_poll_duration_seconds_count")) - sum(
+            v for k, v in before.items() if k.startswith("queuescale_poll_duration_seconds_count"))
+        ticks = delta[-1][1] if delta else 0
+        return Figures(
+            rules=self.rules, startup_s=startup, p50=_quantile(0.5, delta), p99=_quantile(0.99, delta), max_le=top,
+            cpu=(cpu1 - cpu0) / elapsed, rss_mb=rss, polls_s=polls / elapsed, api_s=(api1 - api0) / elapsed,
+            fake_cpu=(fake1 - fake0) / elapsed, burst_s=burst, ticks=ticks,
+        )
+
+
+def _below(le: float, delta: list[tuple[float, float]]) -> float:
+    bounds = [b for b, _ in delta if b < le]
+    return bounds[-1] if bounds else le
+
+
+def _server_of(kubeconfig: Path) -> str:
+    import yaml
+
+    config = yaml.safe_load(kubeconfig.read_text())
+    return str(config["clusters"][0]["cluster"]["server"])
+
+
+def _wait(what: str, check: Any, timeout: float, every: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+
+
+def _table(results: list[Figures]) -> str:
+    base = results[0]
+    lines = [
+        "| rules | start-up s | lateness p50 / p99 / max s | CPU (cores) | RSS MB | polls/s | API req/s | "
+        "fake CPU | burst to target s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        startup = "not all Ready" if r.startup_s != r.startup_s else f"{r.startup_s:.0f}"
+        lines.append(
+            f"| {r.rules} | {startup} | {r.p50:.3f} / {r.p99:.3f} / <={r.max_le:g} | {r.cpu:.2f} "
+            f"(x{r.cpu / max(base.cpu, 1e-9):.1f}) | {r.rss_mb:.0f} (x{r.rss_mb / base.rss_mb:.1f}) | "
+            f"{r.polls_s:.0f} (x{r.polls_s / max(base.polls_s, 1e-9):.1f}) | {r.api_s:.0f} | {r.fake_cpu:.2f} | "
+            f"{r.burst_s:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "_queues":
+        asyncio.run(_serve_queues(Path(args[1])))
+        return 0
+    if args and args[0] == "_fake":
+        _serve_fake(int(args[1]), args[2], Path(args[3]))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rules", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--seconds", type=float, default=40.0, help="measuring window per N")
+    parser.add_argument("--warmup", type=float, default=15.0, help="wait after every rule is Ready")
+    parser.add_argument("--keep", action="store_true", help="keep the logs folder")
+    parser.add_argument("--ready-timeout", type=float, default=180.0,
+                        help="give up waiting for every rule to be Ready after this long, and measure anyway")
+    parser.add_argument("--operator-arg", action="append", default=[], help="extra `queuescale run` argument")
+    options = parser.parse_args(args)
+    results: list[Figures] = []
+    with tempfile.TemporaryDirectory(prefix="queuescale-capacity-") as tmp:
+        for rules in options.rules:
+            workdir = Path(tmp) / str(rules)
+            workdir.mkdir()
+            run = Run(rules, workdir, options.operator_arg, options.ready_timeout)
+            try:
+                figures = run.measure(options.seconds, options.warmup)
+            finally:
+                run.stop()
+            results.append(figures)
+            print(f"N={rules}: {figures}", file=sys.stderr, flush=True)
+        if options.keep:
+            kept = Path(tempfile.mkdtemp(prefix="queuescale-capacity-logs-"))
+            subprocess.run(["cp", "-r", tmp + "/.", str(kept)], check=False)
+            print(f"logs kept in {kept}", file=sys.stderr)
+    print(f"machine: {os.cpu_count()} CPUs, {_cpu_model()}, Python {sys.version.split()[0]}")
+    print(_table(results))
+    return 0
+
+
+def _cpu_model() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
