@@ -30,7 +30,7 @@ def test_sigkill_mid_burst_then_restart_keeps_the_cooldown_and_does_not_flap(
     kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator], queues: FakeQueueService,
 ) -> None:
     start_rule(api, queues, "burst", count=0, replicas_now=0,
-               scaleDown={"cooldown": "6s", "stabilizationWindow": 0}, scaleToZeroDelay=0)
+               scaleDown={"cooldown": "6s", "stabilizationWindow": 0, "delay": 0}, scaleToZeroDelay=0)
     first = operators()
     wait_for("Ready", lambda: status(kube, "burst").get("memory") is not None)
     seen, stop = watch_replicas(kube, "burst")

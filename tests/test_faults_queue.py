@@ -81,7 +81,7 @@ def start_rule(api: kube_client.ApiClient, queues: FakeQueueService, name: str, 
     deployment(api, name, replicas_now)
     secret(api, f"{name}-conn", {"connection": queues.connection_string(OLD_SIG)})
     rule(api, name, name, f"{name}-conn", policy={
-        "targetPerReplica": 10, "tolerance": 0, "scaleDown": {"stabilizationWindow": 0}, "scaleToZeroDelay": "2s",
+        "targetPerReplica": 10, "tolerance": 0, "scaleDown": {"stabilizationWindow": 0, "delay": 0}, "scaleToZeroDelay": "2s",
         **policy})
 
 
