@@ -168,7 +168,8 @@ def test_a_rotated_key_fails_with_403_until_the_secret_is_updated_then_recovers(
     data = {"connection": base64.b64encode(queues.connection_string(NEW_SIG).encode()).decode()}
     kube_client.CoreV1Api(api).patch_namespaced_secret("rotated-conn", NS, {"data": data})
     wait_for("recovery once the Secret is updated", lambda: replicas(kube, "rotated") == 6, timeout=20)
-    assert condition(kube, "rotated", "Ready")["status"] == "True"
+    # The tick scales first and writes its status after: wait for that write.
+    wait_for("Ready=True", lambda: condition(kube, "rotated", "Ready").get("status") == "True", timeout=10)
     assert metric(operator, 'queuescale_poll_errors_total{namespace="shop",reason="AuthenticationFailed"') >= 1
 
 
@@ -187,7 +188,7 @@ def test_a_deleted_queue_holds_replicas_and_a_recreated_one_is_polled_again(
     assert "gone" in condition(kube, "gone", "Ready")["message"]
     queues.set(mode="ok", counts={"gone": 10})
     wait_for("polled again and scaled to the new count", lambda: replicas(kube, "gone") == 1, timeout=20)
-    assert condition(kube, "gone", "Ready")["status"] == "True"
+    wait_for("Ready=True", lambda: condition(kube, "gone", "Ready").get("status") == "True", timeout=10)
 
 
 def test_no_key_or_sas_reaches_a_log_event_status_or_metric(
