@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from controller.policy import SourceError, SourceReading
-from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
-from controller.sources.retries import RetryPolicy, deadline_for, with_retries
+from controller.sources.base import SourceContext, register_source_factory
+from controller.sources.retries import RetryPolicy, deadline_for, prepare_with_driver, with_retries
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
 
 if TYPE_CHECKING:
@@ -199,20 +199,12 @@ class RedisListPoller:
         deadline = deadline_for(budget)
         self.attempts = 0
         try:
-            try:
-                import redis.asyncio  # noqa: F401  (the optional driver)
-            except ImportError:
-                return SourceReading.failed(
-                    "DriverNotInstalled",
-                    f"the {TYPE} kind needs the redis package, which is not installed: {INSTALL_HINT}",
-                    retryable=False,
-                )
-            try:
-                connection = await self._connection()
-            except SecretUnavailable as exc:
-                return SourceReading.failed(exc.code, exc.message, retryable=False)
-            except _InvalidUrl as exc:
-                return SourceReading.failed("InvalidURL", str(exc), retryable=False)
+            connection = await prepare_with_driver(
+                driver="redis.asyncio", kind=TYPE, install_hint=INSTALL_HINT, settings=self._connection,
+                invalid=_InvalidUrl, invalid_code="InvalidURL",
+            )
+            if isinstance(connection, SourceReading):
+                return connection
             outcome = await with_retries(lambda timeout: self._attempt(connection, timeout), deadline,
                                          self._retry, self._rng)
             self.attempts = outcome.attempts

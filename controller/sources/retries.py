@@ -7,15 +7,18 @@ once, and the poll's budget caps everything (a retry is made only if the wait le
 from __future__ import annotations
 
 import asyncio
+import importlib
 import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from controller.policy import SourceError
+from controller.policy import SourceError, SourceReading
+from controller.sources.base import SecretUnavailable
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 
 @dataclass(frozen=True)
@@ -88,3 +91,30 @@ async def with_retries(
     if last.retryable and attempts > 1:
         last = SourceError(last.code, f"{last.message} (gave up after {attempts} attempts)", last.retryable)
     return Outcome(None, last, attempts)
+
+
+async def prepare_with_driver(
+    *,
+    driver: str,
+    kind: str,
+    install_hint: str,
+    settings: Callable[[], Awaitable[C]],
+    invalid: type[Exception],
+    invalid_code: str,
+) -> C | SourceReading:
+    """What a poll of a kind with an optional driver does before its attempts: the driver is installed, the
+    Secrets resolve and the settings are valid, else a permanent error reading naming the cause."""
+    try:
+        importlib.import_module(driver)
+    except ImportError:
+        return SourceReading.failed(
+            "DriverNotInstalled",
+            f"the {kind} kind needs the {driver.split('.')[0]} package, which is not installed: {install_hint}",
+            retryable=False,
+        )
+    try:
+        return await settings()
+    except SecretUnavailable as exc:
+        return SourceReading.failed(exc.code, exc.message, retryable=False)
+    except invalid as exc:
+        return SourceReading.failed(invalid_code, str(exc), retryable=False)

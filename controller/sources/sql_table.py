@@ -25,8 +25,8 @@ from typing import Any, Literal
 from urllib.parse import unquote, urlsplit
 
 from controller.policy import SourceError, SourceReading
-from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
-from controller.sources.retries import RetryPolicy, deadline_for, with_retries
+from controller.sources.base import SourceContext, register_source_factory
+from controller.sources.retries import RetryPolicy, deadline_for, prepare_with_driver, with_retries
 from controller.spec import Fields, SecretKeyRef, SourceSpec, format_duration, register_source_kind
 
 log = logging.getLogger(__name__)
@@ -328,20 +328,12 @@ class SqlTablePoller:
         deadline = deadline_for(budget)
         self.attempts = 0
         try:
-            try:
-                import asyncpg  # noqa: F401  (the optional driver)
-            except ImportError:
-                return SourceReading.failed(
-                    "DriverNotInstalled",
-                    f"the {TYPE} kind needs the asyncpg package, which is not installed: {INSTALL_HINT}",
-                    retryable=False,
-                )
-            try:
-                connection = await self._settings()
-            except SecretUnavailable as exc:
-                return SourceReading.failed(exc.code, exc.message, retryable=False)
-            except _InvalidDsn as exc:
-                return SourceReading.failed("InvalidDSN", str(exc), retryable=False)
+            connection = await prepare_with_driver(
+                driver="asyncpg", kind=TYPE, install_hint=INSTALL_HINT, settings=self._settings,
+                invalid=_InvalidDsn, invalid_code="InvalidDSN",
+            )
+            if isinstance(connection, SourceReading):
+                return connection
             outcome = await with_retries(lambda timeout: self._attempt(connection, timeout), deadline,
                                          self._retry, self._rng)
             self.attempts = outcome.attempts
