@@ -75,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         status_interval=args.status_interval,
         status_heartbeat=args.status_heartbeat,
         secret_ttl=args.secret_ttl,
+        target_refresh=args.target_refresh,
     )
     return asyncio.run(run(options))
 
@@ -107,6 +108,9 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                      help="rewrite a status whose only change is lastPollTime this often (default 5m)")
     run.add_argument("--secret-ttl", type=_duration, default=30.0,
                      help="how long a Secret read is reused (default 30s; an auth error from a queue drops it)")
+    run.add_argument("--target-refresh", type=_duration, default=60.0,
+                     help="re-read a target's scale this often when no scaling is due (default 1m; a tick that "
+                          "would scale always reads it first; 0 reads it every tick)")
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     run.set_defaults(handler=_run)

@@ -7,6 +7,7 @@ clock they hand in.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Sequence
@@ -72,14 +73,31 @@ class Reconciler:
         clock: Clock,
         reporter: Reporter | None = None,
         memory: ScalingMemory | None = None,
+        *,
+        target_refresh: float = 0.0,
     ) -> None:
+        """`target_refresh`: how long the target's last known scale is trusted for a tick that changes nothing.
+        0 reads the target on every tick. A tick that would scale always reads it first, so a write is never
+        based on a stale count (and a scale made by someone else is seen at the latest after `target_refresh`)."""
         self.rule = rule
         self.sources = tuple(sources)
-        self.target = target
+        self._target = target
         self.clock = clock
         self.reporter = reporter
         self.memory = memory or ScalingMemory()
         self.history: list[Observation] = []
+        self.target_refresh = target_refresh
+        self._known: ScaleState | None = None  # the target's scale as last read or written
+        self._known_at = 0.0
+
+    @property
+    def target(self) -> Target:
+        return self._target
+
+    @target.setter
+    def target(self, target: Target) -> None:
+        self._target = target
+        self._known = None
 
     def update(self, rule: QueueScaler, sources: Sequence[Source] | None = None) -> None:
         """A changed rule takes effect on the next tick; the memory and history are kept."""
@@ -110,12 +128,19 @@ class Reconciler:
         scaled: ScaleEvent | None = None
         target_error: TargetError | None = None
         memory = self.memory
-        for _attempt in range(CONFLICT_RETRIES):
-            try:
-                state = await self.target.read()
-            except TargetError as exc:
-                target_error = exc
-                break
+        conflicts = 0
+        trust_known = True
+        while True:
+            state = self._known_state(now) if trust_known else None
+            known = state is not None
+            if state is None:
+                try:
+                    state = await self._target.read()
+                except TargetError as exc:
+                    target_error = exc
+                    self._known = None
+                    break
+                self._keep(state, now)
             decision = decide(
                 rule.spec, observation, self.history, state.replicas, self.memory, now, paused=rule.paused
             )
@@ -123,14 +148,23 @@ class Reconciler:
             if decision.desired == state.replicas:
                 target_error = None
                 break
+            if known:
+                trust_known = False  # about to write: read what the target says now, and decide on that
+                continue
             try:
-                state = await self.target.scale(decision.desired, state)
+                state = await self._target.scale(decision.desired, state)
             except TargetConflict as exc:
                 target_error = exc
+                self._known = None
+                conflicts += 1
+                if conflicts >= CONFLICT_RETRIES:
+                    break
                 continue
             except TargetError as exc:
                 target_error = exc
+                self._known = None
                 break
+            self._keep(state, now)
             scaled = ScaleEvent(now, decision.current, decision.desired)
             memory = memory.with_scale(now, decision.current, decision.desired)
             target_error = None
@@ -144,6 +178,18 @@ class Reconciler:
         if self.reporter is not None:
             await self.reporter.report(result)
         return result
+
+    def forget_target_state(self) -> None:
+        """Read the target on the next tick (say, after another replica led for a while)."""
+        self._known = None
+
+    def _known_state(self, now: float) -> ScaleState | None:
+        if self._known is None or now - self._known_at >= self.target_refresh:
+            return None
+        return self._known
+
+    def _keep(self, state: ScaleState, now: float) -> None:
+        self._known, self._known_at = state, now
 
     def _remember(self, observation: Observation) -> None:
         horizon = observation.time - self.rule.spec.policy.trend_window
@@ -170,6 +216,12 @@ class Reconciler:
 
 
 async def _sleep_or_stop(clock: Clock, seconds: float, stop: asyncio.Event) -> None:
+    if isinstance(clock, SystemClock):
+        # The real clock needs no task per sleep: a timeout on the stop event costs one timer handle.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(max(0.0, seconds)):
+                await stop.wait()
+        return
     sleeper = asyncio.ensure_future(clock.sleep(seconds))
     stopper = asyncio.ensure_future(stop.wait())
     try:

@@ -206,3 +206,73 @@ async def test_history_is_kept_to_the_trend_window() -> None:
         clock.time += 10
     assert 3 <= len(reconciler.history) <= 5
     assert reconciler.history[-1].time - reconciler.history[1].time <= 30
+
+
+@dataclass
+class CountingTarget(MemoryTarget):
+    reads: int = 0
+
+    async def read(self) -> ScaleState:
+        self.reads += 1
+        return await super().read()
+
+
+async def test_a_quiet_tick_trusts_the_known_scale_until_the_refresh_is_due() -> None:
+    clock, target = VirtualClock(), CountingTarget(replicas=1)
+    reconciler = Reconciler(rule(), [QueueSource([5])], target, clock, target_refresh=60)
+    for _ in range(6):  # 0, 10, ..., 50 s: one read, then the known scale
+        await reconciler.tick()
+        clock.time += 10
+    assert target.reads == 1
+    await reconciler.tick()  # 60 s: due again
+    assert target.reads == 2
+
+
+async def test_a_tick_that_would_scale_reads_the_target_first_and_decides_on_what_it_says() -> None:
+    clock, target = VirtualClock(), CountingTarget(replicas=1)
+    reconciler = Reconciler(rule(), [QueueSource([5, 1000])], target, clock, target_refresh=60)
+    await reconciler.tick()
+    target.replicas = 200  # `kubectl scale --replicas=200` since: exactly what the burst will ask for
+    target.version += 1
+    clock.time += 10
+    result = await reconciler.tick()
+    assert target.reads == 2 and target.writes == []
+    assert result.decision is not None and result.decision.current == 200 and result.scaled is None
+    assert result.state is not None and result.state.replicas == 200
+
+
+async def test_a_scale_by_someone_else_is_seen_when_the_refresh_is_due() -> None:
+    clock, target = VirtualClock(), CountingTarget(replicas=1)
+    reconciler = Reconciler(rule(), [QueueSource([5])], target, clock, target_refresh=30)
+    await reconciler.tick()
+    target.replicas = 7
+    clock.time += 10
+    assert (await reconciler.tick()).state == ScaleState(1, 1, "1")  # still trusted
+    clock.time += 20
+    result = await reconciler.tick()
+    assert target.reads == 2
+    assert result.decision is not None and result.decision.current == 7  # then scaled back to what 5 asks for
+    assert result.scaled is not None and result.scaled.from_replicas == 7
+
+
+async def test_our_own_write_is_the_known_scale_and_a_failed_read_forgets_it() -> None:
+    clock, target = VirtualClock(), CountingTarget(replicas=1)
+    reconciler = Reconciler(rule(), [QueueSource([1000])], target, clock, target_refresh=60)
+    await reconciler.tick()
+    assert target.writes == [200] and target.reads == 1
+    clock.time += 10
+    await reconciler.tick()
+    assert target.reads == 1  # the write's answer is what the target has
+    reconciler.target = target  # a changed target (spec update) is read afresh
+    clock.time += 10
+    await reconciler.tick()
+    assert target.reads == 2
+
+
+async def test_with_no_refresh_every_tick_reads_the_target() -> None:
+    clock, target = VirtualClock(), CountingTarget(replicas=1)
+    reconciler = Reconciler(rule(), [QueueSource([5])], target, clock)
+    for _ in range(3):
+        await reconciler.tick()
+        clock.time += 10
+    assert target.reads == 3
