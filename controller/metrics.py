@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from controller import __version__
 
@@ -49,10 +52,8 @@ class Metrics:
             "queuescale_tick_lateness_seconds", "How late a rule's tick started after its scheduled time",
             buckets=LATENESS_BUCKETS, registry=r,
         )
-        self.rules = Gauge(
-            "queuescale_rules", "Rules known to this operator by state (ready, not_ready, invalid, paused)",
-            ["state"], registry=r,
-        )
+        self.rules = RuleStates()
+        r.register(self.rules)
         self.leader = Gauge("queuescale_leader", "1 while this replica is the leader (or runs alone)", registry=r)
         self.api_errors = Counter(
             "queuescale_kubernetes_api_errors", "Failed Kubernetes API calls by operation and HTTP status",
@@ -71,3 +72,23 @@ class Metrics:
                 values = dict(zip(family._labelnames, labels, strict=True))
                 if values.get("namespace") == namespace and values.get("rule") == rule:
                     family.remove(*labels)
+
+
+class RuleStates(Collector):
+    """`queuescale_rules{state}`, counted when scraped: keeping it current on every status write would walk every
+    rule each time (quadratic work at 10,000 rules)."""
+
+    name = "queuescale_rules"
+    labelnames = ("state",)
+
+    def __init__(self) -> None:
+        self.count: Callable[[], Mapping[str, int]] = dict
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            self.name, "Rules known to this operator by state (ready, not_ready, invalid, paused)",
+            labels=list(self.labelnames),
+        )
+        for state, rules in self.count().items():
+            family.add_metric([state], rules)
+        yield family

@@ -13,7 +13,7 @@ import yaml
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from controller.metrics import Metrics
+from controller.metrics import Metrics, RuleStates
 from controller.policy import Reason
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,6 +109,9 @@ def exported() -> dict[str, tuple[str, set[str]]]:
     metrics = Metrics()
     found = {}
     for family in vars(metrics).values():
+        if isinstance(family, RuleStates):  # counted when scraped
+            found[family.name] = ("gauge", set(family.labelnames))
+            continue
         if not isinstance(family, MetricWrapperBase):
             continue
         name = family._name  # the client keeps no public accessor for these

@@ -117,7 +117,7 @@ def test_bad_rules_get_ready_false_with_a_reason_and_leave_the_others_alone(
                               "connectionSecretRef": {"name": "x", "key": "y"}}],
                  "schedules": [{"name": "office", "start": "08:00", "end": "18:00", "minReplicas": 1,
                                 "timeZone": "Mars/Olympus"}]}})
-    operators()
+    operator = operators()
     for i in range(30):
         good.send_message(str(i))
     wait_for("the good rule to scale", lambda: replicas(kube, "good") == 3)
@@ -134,6 +134,10 @@ def test_bad_rules_get_ready_false_with_a_reason_and_leave_the_others_alone(
                        and condition(kube, "invalid", "Ready"))
     assert 'spec.schedules[0].timeZone: must be an IANA time zone such as "Europe/Paris", got "Mars/Olympus"' in (
         invalid["message"])
+    # The rules gauge, counted when scraped: the good one ready, two not ready, one invalid.
+    scraped = operator.metrics()
+    for state, count in (("ready", 1), ("not_ready", 2), ("invalid", 1), ("paused", 0)):
+        assert f'queuescale_rules{{state="{state}"}} {count}.0' in scraped, state
     # A failed poll never scales down; an invalid rule is not acted on.
     time.sleep(2)
     assert replicas(kube, "no-secret") == 2 and replicas(kube, "wrong-key") == 2 and replicas(kube, "invalid") == 2
