@@ -133,7 +133,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def _send(self, request: httpx.Request, timeout: aiohttp.ClientTimeout) -> httpx.Response:
         if self._session is None:
             self._session = self._open_session()
-        headers = request.headers.multi_items()
+        # The raw list: names keep their case and repeated names stay separate, as httpx would send them.
+        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw]
         body = await request.aread()
         if "Transfer-Encoding" in request.headers:
             # A streamed body, now read: aiohttp sends it with a Content-Length instead.
