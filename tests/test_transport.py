@@ -439,10 +439,16 @@ async def test_connections_are_reused_and_bounded_by_max_connections() -> None:
 # Cancellation
 
 
-async def test_cancelled_requests_do_not_wedge_the_pool(any_transport: ClientFactory) -> None:
+@pytest.mark.parametrize("factory", [
+    aiohttp_client,
+    pytest.param(default_client, marks=pytest.mark.xfail(
+        strict=False, reason="httpcore 1.0.9 leaves connections CONNECTING when cancelled mid-connect: wedges in "
+                             "about 2 runs of 3 (why the Azure poller shields its requests)")),
+], ids=["aiohttp", "httpx-default"])
+async def test_cancelled_requests_do_not_wedge_the_pool(factory: ClientFactory) -> None:
     """The httpcore failure mode, at the transport itself: hundreds of requests cancelled while waiting for a slot,
     while connecting (a connect that hangs) and while waiting for an answer leave every slot free again."""
-    async with any_transport(max_connections=10) as http:
+    async with factory(max_connections=10) as http:
         async with raw_server(silent()) as server:
             with full_backlog() as hanging:
                 # Mixed, so that the first ten slots go to connects that hang and to requests left unanswered.
@@ -450,7 +456,7 @@ async def test_cancelled_requests_do_not_wedge_the_pool(any_transport: ClientFac
                 outcomes = await asyncio.gather(*(asyncio.wait_for(call, 0.3) for call in crowd), return_exceptions=True)
         assert all(isinstance(o, TimeoutError) for o in outcomes), {type(o).__name__ for o in outcomes}
         async with raw_server(ok(b"after")) as server:
-            answers = await asyncio.wait_for(asyncio.gather(*(http.get(f"{server.url}/q") for _ in range(30))), 5.0)
+            answers = await asyncio.wait_for(asyncio.gather(*(http.get(f"{server.url}/q") for _ in range(30))), 3.0)
     assert [a.content for a in answers] == [b"after"] * 30
 
 
