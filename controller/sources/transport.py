@@ -92,7 +92,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             # itself; httpx has already applied the environment (see polling_client for proxies).
             trust_env=False,
             auto_decompress=False,
-            skip_auto_headers=_NOT_AUTOMATIC,
             cookie_jar=aiohttp.DummyCookieJar(),  # httpx keeps the cookies
             timeout=aiohttp.ClientTimeout(total=None),
             raise_for_status=False,
@@ -133,12 +132,23 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def _send(self, request: httpx.Request, timeout: aiohttp.ClientTimeout) -> httpx.Response:
         if self._session is None:
             self._session = self._open_session()
-        # The raw list: names keep their case and repeated names stay separate, as httpx would send them.
-        headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in request.headers.raw]
+        # The raw list: names keep their case and repeated names stay separate, as httpx would send them. A
+        # Transfer-Encoding header means a streamed body: it is read here and aiohttp sends it with a length.
+        headers: list[tuple[str, str]] = []
+        present: set[str] = set()
+        for raw_name, raw_value in request.headers.raw:
+            name = raw_name.decode("latin-1")
+            if name.lower() == "transfer-encoding":
+                continue
+            present.add(name.title())
+            headers.append((name, raw_value.decode("latin-1")))
         body = await request.aread()
-        if "Transfer-Encoding" in request.headers:
-            # A streamed body, now read: aiohttp sends it with a Content-Length instead.
-            headers = [(name, value) for name, value in headers if name.lower() != "transfer-encoding"]
+        # Ask aiohttp to skip only the automatic headers this request lacks and could get: skipping copies aiohttp's
+        # header map, a cost worth avoiding on every poll. httpx always sets Accept, Accept-Encoding and User-Agent;
+        # aiohttp adds a Content-Type to a POST, PUT or PATCH or to any body.
+        missing = set(_NOT_AUTOMATIC - present)
+        if not body and request.method not in ("POST", "PUT", "PATCH"):
+            missing.discard("Content-Type")
         failure: httpx.TransportError
         try:
             async with self._session.request(
@@ -146,6 +156,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 URL(str(request.url), encoded=True),  # as httpx encoded it: a signed URL must not be re-quoted
                 headers=headers,
                 data=body or None,
+                skip_auto_headers=missing or None,
                 allow_redirects=False,
                 timeout=timeout,
             ) as answer:
