@@ -1,62 +1,103 @@
-"""Get Queue Metadata polls per second from one process against a local Azurite, and what Shared Key signing costs.
+"""Get Queue Metadata polls per second and CPU per poll from one process, on httpx's default transport and on the
+aiohttp one (`controller.sources.transport`), and what Shared Key signing costs.
 
-    .venv/bin/python -m benchmarks.azure_poll [--seconds 3] [--concurrency 1 8 32]
+    .venv/bin/python -m benchmarks.azure_poll [--seconds 3] [--concurrency 1 8 32] [--server fast azurite]
 
-Starts its own Azurite on 127.0.0.1 and a free port, polls one queue through the real `AzureQueuePoller`
-(account-key auth, one shared httpx.AsyncClient) for a fixed time per concurrency level, times the signing alone
-in the same run, and stops Azurite. Bounded: it ends by itself after about `seconds` x levels + startup.
+Polls one queue through the real `AzureQueuePoller` (account-key auth: a Shared Key signature per poll, one shared
+client) for a fixed time per concurrency level and transport, and reports polls/s, latency and the client
+process's CPU per poll (`time.process_time`, every thread of this process; the server runs in another process).
+Servers, each started on 127.0.0.1 and a free port and stopped at the end:
+- `fast`: the small asyncio Get Queue Metadata server of benchmarks/capacity.py, in a process of its own. It
+  answers in microseconds, so the client's CPU is what limits the rate: the figure that matters for the operator;
+- `azurite`: a real Azurite (Node.js). Slower than the client, so it shows latency more than client cost.
+Bounded: it ends by itself after about `seconds` x levels x 2 transports x servers + startup.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
-from azure.storage.queue import QueueServiceClient
 
+from benchmarks.capacity import DEV_KEY, ROOT, _wait
 from controller.sources.azure_auth import SharedKey, format_http_date
 from controller.sources.azure_queue import API_VERSION, AzureQueuePoller, AzureQueueSource
 from controller.sources.base import SourceContext
+from controller.sources.transport import polling_client
 from controller.spec import SecretKeyRef
-from tests.azurite import Azurite
 
 QUEUE = "bench"
+ACCOUNT = "devstoreaccount1"
+TRANSPORTS = ("httpx-default", "aiohttp")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """Where the queue service listens and the account's key."""
+
+    name: str
+    url: str  # the account's queue endpoint, e.g. http://127.0.0.1:10001/devstoreaccount1
+    account: str
+    key: str
 
 
 @dataclass(frozen=True)
 class Run:
+    server: str
+    transport: str
     concurrency: int
     polls: int
     failures: int
     seconds: float
+    cpu_seconds: float
     latencies: list[float]
 
     @property
     def per_second(self) -> float:
         return self.polls / self.seconds
 
+    @property
+    def cpu_per_poll(self) -> float:
+        return self.cpu_seconds / max(1, self.polls)
+
     def percentile(self, fraction: float) -> float:
         ordered = sorted(self.latencies)
         return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-async def poll_for(azurite: Azurite, seconds: float, concurrency: int) -> Run:
-    spec = AzureQueueSource(type="azure-queue", queue_name=QUEUE, account_name=azurite.account,
-                            endpoint=azurite.endpoint, account_key_secret_ref=SecretKeyRef("s", "k"))
+def client_for(transport: str, concurrency: int) -> httpx.AsyncClient:
+    """The default transport as the operator configured it until now, or the polling client it will use."""
+    if transport == "aiohttp":
+        return polling_client(timeout=5.0, max_connections=concurrency)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    return httpx.AsyncClient(timeout=5.0, limits=limits)
+
+
+async def poll_for(endpoint: Endpoint, transport: str, seconds: float, concurrency: int) -> Run:
+    spec = AzureQueueSource(type="azure-queue", queue_name=QUEUE, account_name=endpoint.account,
+                            endpoint=endpoint.url, account_key_secret_ref=SecretKeyRef("s", "k"))
 
     async def secrets(name: str, key: str) -> str:  # noqa: ARG001  (one secret for every ref)
-        return azurite.key
+        return endpoint.key
 
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     latencies: list[float] = []
     failures = 0
-    async with httpx.AsyncClient(limits=limits) as http:
+    async with client_for(transport, concurrency) as http:
         poller = AzureQueuePoller(spec, SourceContext(http, secrets))
-        await poller.poll(5.0)  # warm the connection
+        for _ in range(concurrency):  # warm the connections, the session, the caches
+            await poller.poll(5.0)
         stop_at = time.monotonic() + seconds
 
         async def worker() -> None:
@@ -67,32 +108,16 @@ async def poll_for(azurite: Azurite, seconds: float, concurrency: int) -> Run:
                 latencies.append(time.perf_counter() - started)
                 failures += reading.error is not None
 
-        started = time.monotonic()
+        started, cpu_started = time.monotonic(), time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        elapsed = time.monotonic() - started
-    return Run(concurrency, len(latencies), failures, elapsed, latencies)
+        elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
+    return Run(endpoint.name, transport, concurrency, len(latencies), failures, elapsed, cpu, latencies)
 
 
-async def raw_requests_for(azurite: Azurite, seconds: float) -> float:
-    """Baseline: signed GETs per second over bare httpx, one at a time (what the poller adds is the rest)."""
-    key = SharedKey.from_base64(azurite.account, azurite.key, where="bench")
-    url = f"{azurite.endpoint}/{QUEUE}?comp=metadata"
-    async with httpx.AsyncClient() as http:
-        requests = 0
-        stop_at = time.monotonic() + seconds
-        started = time.monotonic()
-        while time.monotonic() < stop_at:
-            headers = {"x-ms-date": format_http_date(time.time()), "x-ms-version": API_VERSION}
-            headers["Authorization"] = key.authorization("GET", url, headers)
-            (await http.get(url, headers=headers, timeout=5.0)).raise_for_status()
-            requests += 1
-        return requests / (time.monotonic() - started)
-
-
-def signing_cost(azurite: Azurite, iterations: int = 20_000) -> tuple[float, float]:
+def signing_cost(endpoint: Endpoint, iterations: int = 20_000) -> tuple[float, float]:
     """Seconds per Shared Key signature, and per full header build (date + signature)."""
-    key = SharedKey.from_base64(azurite.account, azurite.key, where="bench")
-    url = f"{azurite.endpoint}/{QUEUE}?comp=metadata"
+    key = SharedKey.from_base64(endpoint.account, endpoint.key, where="bench")
+    url = f"{endpoint.url}/{QUEUE}?comp=metadata"
     headers = {"x-ms-date": format_http_date(time.time()), "x-ms-version": API_VERSION}
     started = time.perf_counter()
     for _ in range(iterations):
@@ -106,34 +131,88 @@ def signing_cost(azurite: Azurite, iterations: int = 20_000) -> tuple[float, flo
     return sign, build
 
 
+@contextmanager
+def fast_server() -> Iterator[Endpoint]:
+    """benchmarks/capacity.py's Get Queue Metadata server, in a process of its own (its CPU is not ours)."""
+    with tempfile.TemporaryDirectory(prefix="azure-poll-") as workdir:
+        port_file = Path(workdir) / "port"
+        process = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "_queues", str(port_file)], cwd=ROOT,
+                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            _wait("the queue server", lambda: port_file.exists() and port_file.read_text().strip() != "", 10)
+            yield Endpoint("fast", f"http://127.0.0.1:{port_file.read_text().strip()}/{ACCOUNT}", ACCOUNT, DEV_KEY)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=5)
+
+
+@contextmanager
+def azurite_server() -> Iterator[Endpoint]:
+    from azure.storage.queue import QueueServiceClient
+
+    from tests.azurite import Azurite
+
+    with Azurite() as azurite:
+        queue = QueueServiceClient.from_connection_string(azurite.connection_string).create_queue(QUEUE)
+        for index in range(10):
+            queue.send_message(f"m{index}")
+        yield Endpoint("azurite", azurite.endpoint, azurite.account, azurite.key)
+
+
+def report(runs: list[Run]) -> str:
+    lines = [
+        "Get Queue Metadata through AzureQueuePoller (one process, one shared client, account-key auth)",
+        f"{'server':>7}  {'transport':>13}  {'conc':>4}  {'polls':>6}  {'polls/s':>7}  {'CPU us/poll':>11}  "
+        f"{'p50 ms':>6}  {'p99 ms':>6}  {'fail':>4}",
+    ]
+    for run in runs:
+        lines.append(
+            f"{run.server:>7}  {run.transport:>13}  {run.concurrency:>4}  {run.polls:>6}  {run.per_second:>7.0f}  "
+            f"{run.cpu_per_poll * 1e6:>11.0f}  {run.percentile(0.5) * 1e3:>6.2f}  {run.percentile(0.99) * 1e3:>6.2f}  "
+            f"{run.failures:>4}")
+    lines.append("aiohttp vs httpx-default (same server and concurrency):")
+    by_key = {(run.server, run.transport, run.concurrency): run for run in runs}
+    for run in runs:
+        if run.transport != "aiohttp" or (run.server, "httpx-default", run.concurrency) not in by_key:
+            continue
+        base = by_key[(run.server, "httpx-default", run.concurrency)]
+        lines.append(f"  {run.server:>7} concurrency {run.concurrency:>3}: "
+                     f"polls/s x{run.per_second / base.per_second:.2f}, "
+                     f"CPU per poll x{run.cpu_per_poll / base.cpu_per_poll:.2f} "
+                     f"({base.cpu_per_poll * 1e6:.0f} -> {run.cpu_per_poll * 1e6:.0f} us)")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--seconds", type=float, default=3.0, help="time per concurrency level (default 3)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="time per level and transport (default 3)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--server", nargs="+", choices=["fast", "azurite"], default=["fast", "azurite"])
     args = parser.parse_args()
     if args.seconds <= 0 or args.seconds > 60 or any(c < 1 or c > 256 for c in args.concurrency):
         parser.error("--seconds must be in (0, 60] and --concurrency in [1, 256]")
 
-    with Azurite() as azurite:
-        service = QueueServiceClient.from_connection_string(azurite.connection_string)
-        queue = service.create_queue(QUEUE)
-        for index in range(10):
-            queue.send_message(f"m{index}")
-        runs = [asyncio.run(poll_for(azurite, args.seconds, c)) for c in args.concurrency]
-        baseline = asyncio.run(raw_requests_for(azurite, args.seconds))
-        sign, build = signing_cost(azurite)
+    runs: list[Run] = []
+    signing: tuple[float, float] | None = None
+    for server in args.server:
+        with fast_server() if server == "fast" else azurite_server() as endpoint:
+            for concurrency in args.concurrency:
+                for transport in TRANSPORTS:
+                    runs.append(asyncio.run(poll_for(endpoint, transport, args.seconds, concurrency)))
+            signing = signing or signing_cost(endpoint)
 
-    print("Get Queue Metadata against Azurite (one process, one shared httpx.AsyncClient, account-key auth)")
-    print(f"{'concurrency':>11}  {'polls':>7}  {'polls/s':>8}  {'p50 ms':>7}  {'p99 ms':>7}  {'failures':>8}")
-    for run in runs:
-        print(f"{run.concurrency:>11}  {run.polls:>7}  {run.per_second:>8.0f}  {run.percentile(0.5) * 1e3:>7.2f}  "
-              f"{run.percentile(0.99) * 1e3:>7.2f}  {run.failures:>8}")
-    print(f"baseline: bare signed httpx GETs, one at a time: {baseline:.0f}/s")
-    sequential = runs[0]
-    per_poll = statistics.fmean(sequential.latencies)
-    print(f"Shared Key signature: {sign * 1e6:.1f} us; date + signature: {build * 1e6:.1f} us")
-    print(f"signing share of one sequential poll ({per_poll * 1e3:.2f} ms at concurrency {sequential.concurrency}): "
-          f"{build / per_poll:.1%} (ratio 1:{per_poll / build:.0f})")
+    print(report(runs))
+    if signing is not None:
+        sign, build = signing
+        sequential = min(runs, key=lambda run: (run.concurrency, run.transport != "aiohttp"))
+        per_poll = statistics.fmean(sequential.latencies)
+        print(f"Shared Key signature: {sign * 1e6:.1f} us; date + signature: {build * 1e6:.1f} us "
+              f"({build / sequential.cpu_per_poll:.0%} of the CPU of one {sequential.transport} poll, "
+              f"{per_poll * 1e3:.2f} ms wall at concurrency {sequential.concurrency} on {sequential.server})")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-import httpx
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from controller.policy import SourceReading
@@ -16,6 +15,7 @@ from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource, R
 from controller.sources.base import SecretResolver, SecretUnavailable, SourceContext
 from controller.spec import SecretKeyRef
 from tests.azurite import Azurite
+from tests.transports import http_client
 
 
 class DictSecrets:
@@ -73,7 +73,7 @@ async def timed_poll(
     spec: AzureQueueSource, secrets: SecretResolver, *, budget: float, retry: RetryPolicy | None = None
 ) -> tuple[SourceReading, float]:
     """One poll and how long the poll alone took (not the client's setup and teardown)."""
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets), retry=retry)
         started = time.monotonic()
         reading = await poller.poll(budget)
@@ -88,6 +88,6 @@ async def poll_once(
     retry: RetryPolicy | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> SourceReading:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets), retry=retry, environ=environ)
         return await poller.poll(budget)

@@ -38,6 +38,10 @@ from controller.spec import SecretKeyRef, SpecError, parse_queuescaler
 from tests.azurite import free_port
 from tests.helpers import DictSecrets
 from tests.loopback import LoopbackServer, Reply, always
+from tests.transports import http_client
+
+# Every poll here runs on both transports: httpx's default and the operator's aiohttp one.
+pytestmark = pytest.mark.usefixtures("http_transport")
 
 EXAMPLE_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"  # AWS's documentation example, not a real key
 AUGUST_30 = calendar.timegm(dt.datetime(2015, 8, 30, 12, 36, 0).timetuple())
@@ -205,7 +209,7 @@ def sqs_source(queue_url: str, **fields: Any) -> AwsSqsSource:
 
 async def poll(spec: AwsSqsSource, *, budget: float = 5.0, retry: RetryPolicy = FAST,
                secrets: DictSecrets = SECRETS) -> tuple[SourceReading, AwsSqsPoller]:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = AwsSqsPoller(spec, SourceContext(http=http, secrets=secrets), retry=retry)
         return await poller.poll(budget), poller
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-import httpx
+import pytest
 from azure.storage.queue import (
     AccountSasPermissions,
     QueueSasPermissions,
@@ -32,6 +32,10 @@ from tests.helpers import (
     poll_once,
     unique_queue,
 )
+from tests.transports import http_client
+
+# Every poll here runs on both transports: httpx's default and the operator's aiohttp one.
+pytestmark = pytest.mark.usefixtures("http_transport")
 
 OTHER_KEY = "b3RoZXIta2V5LW5vdC10aGUtcmlnaHQtb25lLWF0LWFsbC0wMTIzNDU2Nzg5YWJjZGVm"
 
@@ -99,7 +103,7 @@ async def test_an_empty_queue_counts_zero_both_ways(azurite: Azurite) -> None:
 async def test_the_registry_builds_the_azure_poller(azurite: Azurite) -> None:
     queue = new_queue(azurite)
     add_traffic(queue, visible=2)
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         source = build_source(key_source(azurite, queue.queue_name), SourceContext(http, key_secrets(azurite)))
         assert isinstance(source, AzureQueuePoller)
         assert (await source.poll(5.0)).count == 2
@@ -206,7 +210,7 @@ async def test_a_wrong_account_key_is_rejected_with_authentication_failed(azurit
 async def test_a_rotated_key_takes_effect_on_the_next_poll(azurite: Azurite) -> None:
     queue = new_queue(azurite)
     secrets = key_secrets(azurite, OTHER_KEY)
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = AzureQueuePoller(key_source(azurite, queue.queue_name), SourceContext(http, secrets))
         assert (await poller.poll(5.0)).error is not None
         secrets.values[("storage", "account-key")] = azurite.key
@@ -251,7 +255,7 @@ async def test_an_outage_is_a_retryable_error_then_counts_again_once_azurite_is_
     retry = RetryPolicy(request_timeout=0.5, first_delay=0.05, max_delay=0.2)
     spec = key_source(own_azurite, queue_name)
     secrets = key_secrets(own_azurite)
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = AzureQueuePoller(spec, SourceContext(http, secrets), retry=retry)
         assert (await poller.poll(3.0)).count == 0
 

@@ -23,6 +23,7 @@ from kubernetes import client as kube_client
 from tests.fakekube.server import FakeKube
 from tests.loopback import LoopbackServer, Recorded, Reply
 from tests.operator_harness import NS, Operator, condition, deployment, events, replicas, rule, secret, wait_for
+from tests.transports import http_client
 
 OLD_SIG = "oldsig0rotated0by0the0test0AAAA"
 NEW_SIG = "newsig0after0rotation0BBBBBBBBBB"
@@ -212,11 +213,11 @@ def test_no_key_or_sas_reaches_a_log_event_status_or_metric(
         assert leaked not in produced, "a SAS signature reached the operator's output"
 
 
+@pytest.mark.usefixtures("http_transport")
 async def test_polls_that_time_out_in_a_crowd_do_not_wedge_the_connection_pool(queues: FakeQueueService) -> None:
     """Regression: cancelling requests inside httpx left pooled connections CONNECTING for ever, after which every
-    poll timed out. 300 polls at once through a pool of 10 with a 0.3 s budget must not break the next polls."""
-    import httpx
-
+    poll timed out. 300 polls at once through a pool of 10 with a 0.3 s budget must not break the next polls.
+    Runs on both transports (tests/test_transport.py cancels requests at the transport itself)."""
     from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource
     from controller.sources.base import SourceContext
     from controller.spec import SecretKeyRef
@@ -226,7 +227,7 @@ async def test_polls_that_time_out_in_a_crowd_do_not_wedge_the_connection_pool(q
     async def secrets(name: str, key: str) -> str:
         return queues.connection_string(OLD_SIG)
 
-    async with httpx.AsyncClient(limits=httpx.Limits(max_connections=10, max_keepalive_connections=10)) as http:
+    async with http_client(max_connections=10) as http:
         spec = AzureQueueSource(type="azure-queue", weight=1.0, queue_name="crowd",
                                 connection_secret_ref=SecretKeyRef("conn", "connection"))
         poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets))

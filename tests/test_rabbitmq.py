@@ -9,7 +9,6 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pika
 import pytest
 
@@ -21,6 +20,10 @@ from controller.spec import SecretKeyRef, SpecError, parse_queuescaler
 from tests.helpers import DictSecrets
 from tests.loopback import LoopbackServer, Reply, always
 from tests.servers import RabbitMqServer
+from tests.transports import http_client
+
+# Every poll here runs on both transports: httpx's default and the operator's aiohttp one.
+pytestmark = pytest.mark.usefixtures("http_transport")
 
 FAST = RetryPolicy(request_timeout=2.0, first_delay=0.05, max_delay=0.3, max_attempts=20)
 MONITOR_PASSWORD = "rabbit-monitor-password-2b8e"
@@ -80,7 +83,7 @@ def source(rabbit: RabbitMqServer, queue: str, **fields: Any) -> RabbitMqSource:
 
 async def poll(spec: RabbitMqSource, password: str = MONITOR_PASSWORD, *, budget: float = 5.0,
                retry: RetryPolicy = FAST) -> tuple[SourceReading, RabbitMqPoller]:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = RabbitMqPoller(spec, SourceContext(http=http, secrets=DictSecrets({("rabbit", "password"): password})),
                                 retry=retry)
         return await poller.poll(budget), poller
