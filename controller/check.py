@@ -34,6 +34,7 @@ import controller.sources  # noqa: F401  (registers the queue kinds with the spe
 from controller.policy import Decision, Observation, ScalingMemory, SourceReading, decide
 from controller.rulefiles import load_files
 from controller.sources.base import SecretUnavailable, Source, SourceContext, build_source
+from controller.sources.transport import polling_client
 from controller.spec import QueueScaler
 
 ENV_PREFIX = "QUEUESCALE_SECRET_"
@@ -231,7 +232,7 @@ async def check_rule(rule: QueueScaler, store: SecretStore, http: httpx.AsyncCli
 
 
 async def check_rules(rules: Iterable[QueueScaler], store: SecretStore, current: int) -> list[RuleCheck]:
-    async with httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT)) as http:
+    async with polling_client(timeout=REQUEST_TIMEOUT) as http:
         return [await check_rule(rule, store, http, current) for rule in rules]
 
 

@@ -35,6 +35,7 @@ from controller.metrics import Metrics
 from controller.policy import ScalingMemory
 from controller.reconciler import Clock, Reconciler, SystemClock, TickResult
 from controller.sources.base import Source, SourceContext, build_source
+from controller.sources.transport import polling_client
 from controller.spec import (
     API_GROUP,
     API_VERSION,
@@ -491,8 +492,7 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
     identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
     options.identity = identity
     api = KubeApi(configuration, user_agent=f"queuescale/{__version__} ({identity})")
-    limits = httpx.Limits(max_connections=200, max_keepalive_connections=100)
-    http = httpx.AsyncClient(timeout=options.http_timeout, limits=limits)
+    http = polling_client(timeout=options.http_timeout, max_connections=200)
     operator = Operator(api, http, options)
     heartbeat = {"time": loop.time()}
 

@@ -41,7 +41,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-import httpx
 import yaml
 
 import controller.sources  # noqa: F401  (registers the queue kinds)
@@ -49,6 +48,7 @@ from controller.check import CheckInputError, SecretStore, load_secrets
 from controller.policy import SourceReading
 from controller.rulefiles import load_files
 from controller.sources.base import Source, SourceContext, build_source
+from controller.sources.transport import polling_client
 from controller.spec import QueueScaler, format_duration
 
 REQUEST_TIMEOUT = 10.0
@@ -195,7 +195,7 @@ async def record(rule: QueueScaler, store: SecretStore, options: RecordOptions, 
     result = Recording()
     writers = _Writers(options, rule)
     try:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT)) as http:
+        async with polling_client(timeout=REQUEST_TIMEOUT) as http:
             context = SourceContext(http=http, secrets=store.resolver(rule.namespace), namespace=rule.namespace)
             sources = [build_source(spec, context) for spec in rule.spec.sources]
             try:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import random
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ class KubeApi:
         if user_agent:
             self.api_client.user_agent = user_agent  # audit logs (and tests) can tell replicas apart
         self.timeout = timeout
+        _skip_netrc(self.api_client)
 
     async def close(self) -> None:
         await self.api_client.close()
@@ -163,6 +165,21 @@ class KubeApi:
                     yield WatchEvent(str(event.get("type")), event["object"])
         finally:
             response.release()
+
+
+_PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY")
+
+
+def _skip_netrc(api_client: aio_client.ApiClient) -> None:
+    """The official client's aiohttp session trusts the environment, so aiohttp looks for ~/.netrc in a worker
+    thread on every request (a thread hop per API call), and a netrc entry for the API server's host makes every
+    call fail next to the bearer token. When no proxy is set in the environment, there is nothing else to trust
+    it for: turn it off."""
+    if any(os.environ.get(name) or os.environ.get(name.lower()) for name in _PROXY_VARIABLES):
+        return
+    session = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
+    if session is not None and hasattr(session, "_trust_env"):
+        session._trust_env = False  # no public setter; checked by tests/test_fakekube.py
 
 
 def _error_from(status: int, reason: str, body: object, headers: Any) -> KubeError:
