@@ -77,6 +77,13 @@ def _run(args: argparse.Namespace) -> int:
         secret_ttl=args.secret_ttl,
         target_refresh=args.target_refresh,
     )
+    import os as _os
+    if _os.environ.get("QS_GC"):
+        import gc
+        gc.set_threshold(*[int(x) for x in _os.environ["QS_GC"].split(",")])
+    if _os.environ.get("QS_UVLOOP"):
+        import uvloop
+        return uvloop.run(run(options))
     return asyncio.run(run(options))
 
 

@@ -31,6 +31,7 @@ from controller.kube.lease import LeaderElector
 from controller.kube.rules import RuleWatcher
 from controller.kube.secrets import SecretCache
 from controller.kube.status import invalid_status, memory_from_status, setup_failed_status, significant, tick_status
+from controller.kube.writer import LatestWins
 from controller.metrics import Metrics
 from controller.policy import ScalingMemory
 from controller.reconciler import Clock, Reconciler, SystemClock, TickResult
@@ -81,6 +82,7 @@ class OperatorOptions:
     # How long a target's last known scale is trusted by ticks that change nothing (see Reconciler): reading every
     # target every tick would be 1,000 GETs/s at 10,000 rules, for a count that only we change, almost always.
     target_refresh: float = 60.0
+    status_writers: int = 16  # status writes in flight at once
     shutdown_grace: float = 10.0
     watch_timeout: int = 300
     http_timeout: float = 10.0
@@ -153,6 +155,9 @@ class Operator:
         # LeaderElector.holds_lease); `leading` alone lags behind when the process was frozen.
         self.lease_valid: Callable[[], bool] = lambda: True
         self._lock = asyncio.Lock()
+        # Ticks hand their status writes over and go on polling (see controller/kube/writer.py).
+        self.status_writes: LatestWins[tuple[RuleState, dict[str, Any], float]] = LatestWins(
+            self._write_submitted, concurrency=options.status_writers)
         self.metrics.leader.set(1 if self.leading else 0)
         self.metrics.rules.count = self.count_rules
 
@@ -263,6 +268,7 @@ class Operator:
         if state is None:
             return
         await self._stop_task(state, graceful=False)
+        self.status_writes.forget(key)
         self.metrics.forget_rule(state.namespace, state.name)
         self.events.limiter.forget(f"{state.namespace}/{state.name}/{state.uid}")
         log.info("rule %s deleted: stopped", key)
@@ -335,8 +341,11 @@ class Operator:
         await asyncio.gather(*(self._stop_task(s, graceful=False) for s in list(self.rules.values())))
 
     async def shutdown(self) -> None:
-        """Let every in-flight tick finish (up to the grace period), then stop."""
+        """Let every in-flight tick finish and its status be written (up to the grace period), then stop."""
         await asyncio.gather(*(self._stop_task(s, graceful=True) for s in list(self.rules.values())))
+        if not await self.status_writes.drain(self.options.shutdown_grace):
+            log.warning("stopping with %d status writes not made", self.status_writes.queued)
+        await self.status_writes.close()
 
     # ---------------------------------------------------------------------------------------------- reporting
 
@@ -347,6 +356,11 @@ class Operator:
         await self._write_status(state, status, now)
         message = "; ".join(str(e) for e in state.errors)
         await self.events.record(state.ref(), "Warning", "InvalidSpec", f"rule is not valid: {message}", now)
+
+    async def _write_submitted(self, item: tuple[RuleState, dict[str, Any], float]) -> None:
+        state, status, now = item
+        if self.rules.get(state.key) is state:  # not deleted (or re-created) while the write waited
+            await self._write_status(state, status, now)
 
     async def _write_status(self, state: RuleState, status: dict[str, Any], now: float) -> bool:
         """Merge-patch the status subresource; keys we no longer report are set to null."""
@@ -432,7 +446,7 @@ class RuleReporter:
         if significant(status) != significant(previous) or (
             since_write >= op.options.status_interval and _counts_changed(status, previous)
         ) or since_write >= op.options.status_heartbeat:
-            await op._write_status(state, status, now)
+            op.status_writes.submit(state.key, (state, status, now))
 
 
 class LeaderGuardedTarget:
