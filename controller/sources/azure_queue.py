@@ -191,6 +191,10 @@ _VERSION_TROUBLE = frozenset(
 )
 
 
+# Back-off jitter needs no generator per queue (a random.Random holds 2.5 KB of state).
+_JITTER = random.Random()
+
+
 class AzureQueuePoller:
     """Polls one Azure Storage queue. Secrets are read on every poll, so a rotated key takes effect at once."""
 
@@ -208,9 +212,10 @@ class AzureQueuePoller:
         self._context = context
         self._retry = retry or RetryPolicy()
         self._environ = os.environ if environ is None else environ
-        self._rng = rng or random.Random()
+        self._rng = rng or _JITTER
         self._api_version = api_version
         self._token: BearerToken | None = None
+        self._parsed: tuple[str, _Access] | None = None  # the Secret's text and what it gave (never in a repr)
         self.retries = 0  # retries made by the last poll (for tests and metrics)
 
     @property
@@ -283,10 +288,23 @@ class AzureQueuePoller:
     # Credentials
 
     async def _access(self) -> _Access:
+        """The credentials, parsed again only when the Secret's text changed (a rotated key)."""
+        spec = self._spec
+        ref = spec.connection_secret_ref or spec.account_key_secret_ref or spec.sas_secret_ref
+        if ref is None:
+            return self._parse_access("")
+        text = await self._context.secrets(ref.name, ref.key)
+        parsed = self._parsed
+        if parsed is not None and parsed[0] == text:
+            return parsed[1]
+        access = self._parse_access(text)
+        self._parsed = (text, access)
+        return access
+
+    def _parse_access(self, text: str) -> _Access:
         spec = self._spec
         if spec.connection_secret_ref is not None:
             ref = spec.connection_secret_ref
-            text = await self._context.secrets(ref.name, ref.key)
             conn = parse_connection_string(text, where=_secret_words(ref))
             account = conn.account or _host(conn.queue_endpoint)
             return _Access(conn.queue_endpoint, account, "connection string", ref, conn.shared_key, conn.sas)
@@ -294,12 +312,11 @@ class AzureQueuePoller:
         endpoint = spec.endpoint or f"https://{account}.queue.{CLOUD_SUFFIXES[spec.cloud]}"
         if spec.account_key_secret_ref is not None:
             ref = spec.account_key_secret_ref
-            text = await self._context.secrets(ref.name, ref.key)
             key = SharedKey.from_base64(account, text, where=_secret_words(ref))
             return _Access(endpoint, account, "account key", ref, shared_key=key)
         if spec.sas_secret_ref is not None:
             ref = spec.sas_secret_ref
-            sas = SasToken.parse(await self._context.secrets(ref.name, ref.key), where=_secret_words(ref))
+            sas = SasToken.parse(text, where=_secret_words(ref))
             return _Access(endpoint, account, "SAS", ref, sas=sas)
         return _Access(endpoint, account, "workload identity")
 
