@@ -101,6 +101,9 @@ class RuleState:
     last_status: dict[str, Any] | None = None
     last_write: float = 0.0
     fingerprint: tuple[object, ...] = ()
+    # What the tick whose status was last handed to the writer saw (None after a failed write): a tick that
+    # sees the same builds no status at all until the heartbeat is due.
+    submitted: tuple[object, ...] | None = None
 
     @property
     def namespace(self) -> str:
@@ -214,11 +217,11 @@ class Operator:
             await self._delete(key)  # deleted and created again under the same name
             state = None
         if state is None:
-            state = RuleState(key=key, obj=obj, uid=str((obj.get("metadata") or {}).get("uid") or ""))
+            state = RuleState(key=key, obj=_kept(obj), uid=str((obj.get("metadata") or {}).get("uid") or ""))
             status = obj.get("status")
             state.last_status = status if isinstance(status, dict) else None
             self.rules[key] = state
-        state.obj = obj
+        state.obj = _kept(obj)
         if fingerprint == state.fingerprint:
             return  # our own status write, or a metadata change that does not matter
         state.fingerprint = fingerprint
@@ -375,6 +378,7 @@ class Operator:
                 content_type="application/merge-patch+json", attempts=3,
             )
         except KubeError as exc:
+            state.submitted = None  # the next tick writes again
             self.metrics.api_errors.labels(operation="patch_status", status=str(exc.status)).inc()
             log.warning("rule %s: could not write status: %s %s", state.key, exc.status, exc.reason)
             return False
@@ -440,12 +444,16 @@ class RuleReporter:
         if decision is not None and decision.fallback:
             await op.events.record(ref, "Warning", "Fallback", decision.message, now)
 
+        since_write = now - state.last_write
+        seen = _what_the_status_shows(result)
+        if seen == state.submitted and since_write < op.options.status_heartbeat:
+            return  # the status would differ from the one written only by lastPollTime
         status = tick_status(result, state.last_status, now)
         previous = state.last_status or {}
-        since_write = now - state.last_write
         if significant(status) != significant(previous) or (
             since_write >= op.options.status_interval and _counts_changed(status, previous)
         ) or since_write >= op.options.status_heartbeat:
+            state.submitted = seen
             op.status_writes.submit(state.key, (state, status, now))
 
 
@@ -468,6 +476,23 @@ class LeaderGuardedTarget:
             raise TargetError("NotLeader", "this replica no longer holds the leader lease: not scaling",
                               retryable=True)
         return await self.inner.scale(replicas, read)
+
+
+_KEPT_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion", "annotations")
+
+
+def _kept(obj: dict[str, Any]) -> dict[str, Any]:
+    """The part of a rule's object the operator keeps between events: its identity. The spec lives on parsed in
+    the rule, the status in last_status; a whole object (managedFields and all) is some 10 KB per rule."""
+    meta = obj.get("metadata") or {}
+    return {"metadata": {k: meta[k] for k in _KEPT_METADATA if k in meta}}
+
+
+def _what_the_status_shows(result: TickResult) -> tuple[object, ...]:
+    """Everything of a tick that tick_status reads, but the time: equal for two ticks, equal statuses."""
+    error = result.target_error
+    return (result.rule, result.observation.readings, result.decision, result.state, result.scaled,
+            None if error is None else (error.code, error.message), result.memory)
 
 
 def _counts_changed(status: dict[str, Any], previous: dict[str, Any]) -> bool:

@@ -30,16 +30,7 @@ class SecretCache:
         self.reads = 0
 
     def resolver(self, namespace: str) -> SecretResolver:
-        cache = self
-
-        class _Resolver:
-            async def __call__(self, name: str, key: str) -> str:
-                return await cache.get(namespace, name, key)
-
-            def __repr__(self) -> str:
-                return f"SecretResolver(namespace={namespace!r})"
-
-        return _Resolver()
+        return _Resolver(self, namespace)
 
     def invalidate(self, namespace: str, name: str | None = None) -> None:
         for cached in [k for k in self._cache if k[0] == namespace and (name is None or k[1] == name)]:
@@ -105,3 +96,20 @@ def _unavailable(exc: Exception, namespace: str, name: str) -> SecretUnavailable
         )
     what = f"HTTP {status}" if status else type(exc).__name__
     return SecretUnavailable("SecretUnavailable", f"could not read Secret '{name}' in namespace '{namespace}': {what}")
+
+
+class _Resolver:
+    """A rule's view of the cache: Secrets of its own namespace only. (A class made once: one per rule would
+    cost a class object per rule, some 2 KB each.)"""
+
+    __slots__ = ("cache", "namespace")
+
+    def __init__(self, cache: SecretCache, namespace: str) -> None:
+        self.cache = cache
+        self.namespace = namespace
+
+    async def __call__(self, name: str, key: str) -> str:
+        return await self.cache.get(self.namespace, name, key)
+
+    def __repr__(self) -> str:
+        return f"SecretResolver(namespace={self.namespace!r})"
