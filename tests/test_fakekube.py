@@ -745,3 +745,18 @@ def test_runs_as_a_subprocess_with_admin_endpoints(tmp_path: Path) -> None:
             process.stdout.close()
         if process.stderr:
             process.stderr.close()
+
+
+def test_cel_rules_ratchet_on_an_update_as_since_kubernetes_1_30() -> None:
+    from tests.fakekube.schema import cel_errors
+
+    schema = {"type": "object", "properties": {
+        "spec": {"type": "object", "x-kubernetes-validations": [
+            {"rule": "self.min <= self.max", "message": "min must not exceed max"}]},
+        "status": {"type": "object"}}}
+    bad = {"spec": {"min": 3, "max": 1}, "status": {"n": 1}}
+    assert cel_errors(bad, schema) == [("spec", "min must not exceed max")]  # a create checks everything
+    # An update that leaves the spec as it was (a status write) does not check the spec's rules again...
+    assert cel_errors({**bad, "status": {"n": 2}}, schema, old=bad) == []
+    # ...but one that changes it does.
+    assert cel_errors({**bad, "spec": {"min": 4, "max": 1}}, schema, old=bad) == [("spec", "min must not exceed max")]

@@ -54,9 +54,15 @@ def validation_errors(value: Any, schema: dict[str, Any]) -> list[tuple[str, str
     return sorted(found)
 
 
-def cel_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[tuple[str, str]]:
+_ABSENT = object()
+
+
+def cel_errors(value: Any, schema: dict[str, Any], path: str = "", *, old: Any = _ABSENT) -> list[tuple[str, str]]:
     """(field path, message) for every `x-kubernetes-validations` rule that does not hold, evaluated with `self`
-    bound to the value at the rule's node, as the API server does after defaulting."""
+    bound to the value at the rule's node, as the API server does after defaulting. `old` (an update): a node
+    equal to its old value is not checked again (validation ratcheting)."""
+    if old is not _ABSENT and old is not None and value == old:
+        return []
     found: list[tuple[str, str]] = []
     for rule in schema.get("x-kubernetes-validations") or []:
         try:
@@ -70,9 +76,11 @@ def cel_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[tuple
         if not holds:
             found.append((path + str(rule.get("fieldPath", "")), message))
     if isinstance(value, dict):
+        previous = old if isinstance(old, dict) else {}
         for name, child in (schema.get("properties") or {}).items():
             if name in value:
-                found += cel_errors(value[name], child, f"{path}.{name}" if path else name)
+                found += cel_errors(value[name], child, f"{path}.{name}" if path else name,
+                                    old=previous.get(name, _ABSENT))
     elif isinstance(value, list) and isinstance(schema.get("items"), dict):
         for index, item in enumerate(value):
             found += cel_errors(item, schema["items"], f"{path}[{index}]")

@@ -312,14 +312,17 @@ class Store:
             if rt.generation and (_spec_of(new) != _spec_of(current)
                                   or (rt.key == DEPLOYMENTS.key and annotations_changed)):
                 meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
-        self._admit(rt, new, strict=strict)
+        self._admit(rt, new, strict=strict, old=current)
         if new == current:
             # A no-op write does not change resourceVersion and sends no watch event, as in the real server.
             return self._present(rt, current)
         return self._commit(rt, "MODIFIED", new, previous)
 
-    def _admit(self, rt: ResourceType, obj: Obj, *, strict: bool = False) -> None:
-        """A custom resource with a schema is defaulted and validated like the real server does (CEL aside)."""
+    def _admit(self, rt: ResourceType, obj: Obj, *, strict: bool = False, old: Obj | None = None) -> None:
+        """A custom resource with a schema is defaulted and validated like the real server does. On an update,
+        CEL rules are ratcheted as since Kubernetes 1.30 (CRDValidationRatcheting, GA in 1.33): a rule is not
+        evaluated again on a part of the object the update left unchanged (so a status write does not re-check
+        the spec's rules)."""
         if rt.schema is None:
             return
         body = {k: v for k, v in obj.items() if k != "metadata"}
@@ -335,7 +338,9 @@ class Store:
         for key in [k for k in obj if k != "metadata"]:
             del obj[key]
         obj.update(defaulted)
-        errors = schema.validation_errors(defaulted, rt.schema) or schema.cel_errors(defaulted, rt.schema)
+        previous = None if old is None else {k: v for k, v in old.items() if k != "metadata"}
+        errors = schema.validation_errors(defaulted, rt.schema) or schema.cel_errors(defaulted, rt.schema,
+                                                                                      old=previous)
         if errors:
             name = str(obj["metadata"].get("name", ""))
             causes = [{"reason": "FieldValueInvalid", "message": message, "field": path} for path, message in errors]
