@@ -54,6 +54,7 @@ class _QueueProtocol(asyncio.Protocol):
 
     counts: ClassVar[dict[str, int]] = {}
     served = 0
+    moving = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -78,13 +79,18 @@ class _QueueProtocol(asyncio.Protocol):
             _QueueProtocol.served += 1
             queue = url.path.rsplit("/", 1)[-1]
             count = _QueueProtocol.counts.get(queue, STEADY_COUNT)
+            if _QueueProtocol.moving and queue not in _QueueProtocol.counts:
+                # 5..9: a count that changes on every poll but always asks for 1 replica, so every rule has a
+                # count-only status change to write each --status-interval, as busy queues do.
+                count += _QueueProtocol.served % 5
             self.transport.write(
                 b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nx-ms-request-id: bench\r\nx-ms-version: 2025-11-05\r\n"
                 b"x-ms-approximate-messages-count: %d\r\n\r\n" % count
             )
 
 
-async def _serve_queues(port_file: Path) -> None:
+async def _serve_queues(port_file: Path, moving: bool) -> None:
+    _QueueProtocol.moving = moving
     loop = asyncio.get_running_loop()
     server = await loop.create_server(_QueueProtocol, "127.0.0.1", 0, backlog=1024)
     port = server.sockets[0].getsockname()[1]
@@ -218,13 +224,16 @@ class Figures:
     fake_cpu: float
     burst_s: float
     ticks: float
+    api_kinds: dict[str, float]  # the operator's requests/s by method and resource
 
 
 class Run:
     """One N: the three processes, started and stopped together."""
 
-    def __init__(self, rules: int, workdir: Path, operator_args: list[str], ready_timeout: float = 180.0) -> None:
+    def __init__(self, rules: int, workdir: Path, operator_args: list[str], ready_timeout: float = 180.0,
+                 moving: bool = False) -> None:
         self.rules = rules
+        self.moving = moving
         self.ready_timeout = ready_timeout
         self.workdir = workdir
         self.operator_args = operator_args
@@ -251,7 +260,7 @@ class Run:
     def measure(self, seconds: float, warmup: float) -> Figures:
         me = [sys.executable, "-m", "benchmarks.capacity"]
         port_file = self.workdir / "queue-port"
-        self._spawn([*me, "_queues", str(port_file)], "queues.log")
+        self._spawn([*me, "_queues", str(port_file), *(["moving"] if self.moving else [])], "queues.log")
         _wait("the queue server", lambda: port_file.exists() and port_file.read_text().strip() != "", 10)
         queues = f"http://127.0.0.1:{port_file.read_text().strip()}"
         kubeconfig = self.workdir / "kubeconfig"
@@ -291,7 +300,7 @@ class Run:
         time.sleep(warmup)
 
         before, cpu0, fake0 = scrape(), _cpu_seconds(operator.pid), _cpu_seconds(fake.pid)
-        api0 = client.get(f"{server}/_fake/stats").json()["requests"]
+        api0 = client.get(f"{server}/_fake/stats").json()["operator"]
         t0 = time.monotonic()
         time.sleep(seconds / 3)
         burst_rule = self.rules // 2
@@ -309,7 +318,7 @@ class Run:
             time.sleep(0.1)
         elapsed = time.monotonic() - t0
         after, cpu1, fake1 = scrape(), _cpu_seconds(operator.pid), _cpu_seconds(fake.pid)
-        api1 = client.get(f"{server}/_fake/stats").json()["requests"]
+        api1 = client.get(f"{server}/_fake/stats").json()["operator"]
         rss = _rss_mb(operator.pid)
         client.close()
 
@@ -321,7 +330,10 @@ class Run:
         ticks = delta[-1][1] if delta else 0
         return Figures(
             rules=self.rules, startup_s=startup, p50=_quantile(0.5, delta), p99=_quantile(0.99, delta), max_le=top,
-            cpu=(cpu1 - cpu0) / elapsed, rss_mb=rss, polls_s=polls / elapsed, api_s=(api1 - api0) / elapsed,
+            cpu=(cpu1 - cpu0) / elapsed, rss_mb=rss, polls_s=polls / elapsed,
+            api_s=sum(api1.values()) / elapsed - sum(api0.values()) / elapsed,
+            api_kinds={kind: round((count - api0.get(kind, 0)) / elapsed, 1) for kind, count in sorted(api1.items())
+                       if count > api0.get(kind, 0)},
             fake_cpu=(fake1 - fake0) / elapsed, burst_s=burst, ticks=ticks,
         )
 
@@ -368,7 +380,7 @@ def _table(results: list[Figures]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "_queues":
-        asyncio.run(_serve_queues(Path(args[1])))
+        asyncio.run(_serve_queues(Path(args[1]), moving=args[2:] == ["moving"]))
         return 0
     if args and args[0] == "_fake":
         _serve_fake(int(args[1]), args[2], Path(args[3]))
@@ -382,13 +394,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready-timeout", type=float, default=180.0,
                         help="give up waiting for every rule to be Ready after this long, and measure anyway")
     parser.add_argument("--operator-arg", action="append", default=[], help="extra `queuescale run` argument")
+    parser.add_argument("--moving", action="store_true",
+                        help="queue counts change on every poll (5-9: still 1 replica), so every rule has status to "
+                             "write each --status-interval; default: steady counts")
     options = parser.parse_args(args)
     results: list[Figures] = []
     with tempfile.TemporaryDirectory(prefix="queuescale-capacity-") as tmp:
         for rules in options.rules:
             workdir = Path(tmp) / str(rules)
             workdir.mkdir()
-            run = Run(rules, workdir, options.operator_arg, options.ready_timeout)
+            run = Run(rules, workdir, options.operator_arg, options.ready_timeout, options.moving)
             try:
                 figures = run.measure(options.seconds, options.warmup)
             finally:
@@ -401,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"logs kept in {kept}", file=sys.stderr)
     print(f"machine: {os.cpu_count()} CPUs, {_cpu_model()}, Python {sys.version.split()[0]}")
     print(_table(results))
+    for r in results:
+        print(f"N={r.rules} operator API requests/s: " + ", ".join(f"{k} {v:g}" for k, v in r.api_kinds.items()))
     return 0
 
 

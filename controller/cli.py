@@ -76,14 +76,8 @@ def _run(args: argparse.Namespace) -> int:
         status_heartbeat=args.status_heartbeat,
         secret_ttl=args.secret_ttl,
         target_refresh=args.target_refresh,
+        status_rate=args.status_rate,
     )
-    import os as _os
-    if _os.environ.get("QS_GC"):
-        import gc
-        gc.set_threshold(*[int(x) for x in _os.environ["QS_GC"].split(",")])
-    if _os.environ.get("QS_UVLOOP"):
-        import uvloop
-        return uvloop.run(run(options))
     return asyncio.run(run(options))
 
 
@@ -113,6 +107,9 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                      help="write status changes that are only counts at most this often (default 30s)")
     run.add_argument("--status-heartbeat", type=_duration, default=300.0,
                      help="rewrite a status whose only change is lastPollTime this often (default 5m)")
+    run.add_argument("--status-rate", type=float, default=50.0,
+                     help="average count-only and heartbeat status writes per second over all rules (default 50): "
+                          "with many rules each one's counts are written less often; 0: no limit")
     run.add_argument("--secret-ttl", type=_duration, default=30.0,
                      help="how long a Secret read is reused (default 30s; an auth error from a queue drops it)")
     run.add_argument("--target-refresh", type=_duration, default=60.0,

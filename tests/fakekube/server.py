@@ -8,6 +8,7 @@ status follow spec.replicas.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import json
@@ -136,6 +137,8 @@ class FakeKube:
         self.faults: list[Fault] = []
         self.requests: list[RequestRecord] = []
         self.request_total = 0  # every API request ever answered (the log above keeps the last 5,000)
+        # Requests from queuescale operators (by User-Agent), by method and resource: "PATCH queuescalers/status".
+        self.operator_requests: collections.Counter[str] = collections.Counter()
         # (method, path) of requests as they arrive, before any injected latency: a test can act while one of
         # them is held (e.g. change an object between a client's read and its delayed write). Last 5,000.
         self.arrived: list[tuple[str, str]] = []
@@ -592,6 +595,9 @@ class _Handler(BaseHTTPRequestHandler):
             fake.requests.append(RequestRecord(self.command, parsed.path, parsed.query, content_type,
                                                self._status_code, self.headers.get("User-Agent", "")))
             fake.request_total += 1
+            agent = self.headers.get("User-Agent", "")
+            if agent.startswith("queuescale/"):
+                fake.operator_requests[f"{self.command} {_resource_of(parsed.path)}"] += 1
             del fake.requests[:-5000]
 
     def _decode(self, raw_body: bytes) -> Any:
@@ -761,13 +767,27 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(text)
         elif path == "/_fake/stats" and method == "GET":
-            self.send_json(200, {"requests": fake.request_total})
+            with fake.store.lock:
+                by_operator = dict(fake.operator_requests)
+            self.send_json(200, {"requests": fake.request_total, "operator": by_operator})
         elif path == "/_fake/requests" and method == "GET":
             with fake.store.lock:
                 records = [vars(r) for r in fake.requests]
             self.send_json(200, {"requests": records})
         else:
             raise ApiError(404, "NotFound", f"no admin endpoint {method} {path}")
+
+
+def _resource_of(path: str) -> str:
+    """`/apis/apps/v1/namespaces/shop/deployments/w1/scale` -> `deployments/scale`; a collection -> its plural."""
+    parts = [p for p in path.split("/") if p]
+    if "namespaces" in parts and len(parts) > parts.index("namespaces") + 2:
+        parts = parts[parts.index("namespaces") + 2:]
+    else:
+        parts = parts[3:] if parts[:1] == ["apis"] else parts[2:]
+    if not parts:
+        return path
+    return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
 
 
 def not_found_resource(message: str) -> ApiError:
