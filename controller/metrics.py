@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import platform
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from controller import __version__
+
+Family = TypeVar("Family", bound=MetricWrapperBase)
 
 POLL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -63,16 +68,26 @@ class Metrics:
             "queuescale_build_info", "Build information (always 1)", ["version", "python"], registry=r,
         )
         self.build_info.labels(version=__version__, python=platform.python_version()).set(1)
+        # (namespace, rule) -> (family name, other label values) -> (family, series)
+        self._rule_series: dict[tuple[str, str], dict[tuple[str, ...], tuple[MetricWrapperBase, Any]]] = {}
+
+    def of_rule(self, family: Family, namespace: str, rule: str, *rest: str) -> Family:
+        """The series of a per-rule family for these label values (namespace, rule, then the family's others in
+        order), remembered under the rule so that forget_rule finds its series at once."""
+        series = self._rule_series.setdefault((namespace, rule), {})
+        key = (family._name, *rest)  # the client offers no public accessor for the name
+        known = series.get(key)
+        if known is None:
+            known = series[key] = (family, family.labels(namespace, rule, *rest))
+        child: Family = known[1]
+        return child
 
     def forget_rule(self, namespace: str, rule: str) -> None:
-        """Drop every series of a deleted rule, so dashboards do not show ghosts."""
-        for family in (self.queue_length, self.rule_count, self.desired_replicas, self.current_replicas,
-                       self.scale_operations, self.poll_errors):
-            for labels in list(family._metrics):  # the client offers no remove-by-prefix
-                values = dict(zip(family._labelnames, labels, strict=True))
-                if values.get("namespace") == namespace and values.get("rule") == rule:
-                    family.remove(*labels)
-
+        """Drop every series of a deleted rule, so dashboards do not show ghosts. (Found by rule, not by walking
+        every series: a namespace of 10,000 rules deleted at once would walk 10,000 x 40,000.)"""
+        for (_name, *rest), (family, _child) in self._rule_series.pop((namespace, rule), {}).items():
+            with contextlib.suppress(KeyError):
+                family.remove(namespace, rule, *rest)
 
 class RuleStates(Collector):
     """`queuescale_rules{state}`, counted when scraped: keeping it current on every status write would walk every
