@@ -54,6 +54,9 @@ from controller.targets.kubernetes_scale import KubernetesScaleTarget
 log = logging.getLogger(__name__)
 
 MAX_SPREAD = 10.0  # seconds over which rules started together begin polling
+# ...or longer when they are many: each rule's first tick reads its target and writes its status, so 10,000 rules
+# starting within 10 s would ask the API server (and this process) for three times the steady load at once.
+STARTS_PER_SECOND = 250.0
 
 AUTH_CODES = {"AuthenticationFailed", "AuthorizationPermissionMismatch", "AuthorizationResourceTypeMismatch",
               "AuthorizationFailure"}
@@ -194,9 +197,10 @@ class Operator:
     async def sync(self, scope: str | None, objects: list[dict[str, Any]]) -> None:
         async with self._lock:
             seen = set()
+            together = len(objects)
             for obj in objects:
                 seen.add(_key(obj))
-                await self._upsert(obj, spread=True)
+                await self._upsert(obj, spread=together)
             for key, state in list(self.rules.items()):
                 in_scope = scope is None or state.namespace == scope
                 if in_scope and key not in seen:
@@ -216,7 +220,7 @@ class Operator:
         async with self._lock:
             await self._delete(_key(obj))
 
-    async def _upsert(self, obj: dict[str, Any], *, spread: bool = False) -> None:
+    async def _upsert(self, obj: dict[str, Any], *, spread: int = 0) -> None:
         key = _key(obj)
         state = self.rules.get(key)
         fingerprint = _fingerprint(obj)
@@ -299,14 +303,16 @@ class Operator:
 
     # ---------------------------------------------------------------------------------------------- tasks
 
-    def _start_task(self, state: RuleState, *, spread: bool = False) -> None:
-        """Start the rule's loop. `spread`: rules started together (a relist, a new leader) begin at a random
-        point of their first interval, so N rules make N/interval requests a second rather than N at once."""
+    def _start_task(self, state: RuleState, *, spread: int = 0) -> None:
+        """Start the rule's loop. `spread`: how many rules start together (a relist, a new leader); they begin at a
+        random point of their first interval (at most MAX_SPREAD), or of N / STARTS_PER_SECOND seconds when that
+        is longer, so N rules make a bounded number of requests a second rather than N at once."""
         assert state.reconciler is not None
         state.stop = asyncio.Event()
         reconciler, stop = state.reconciler, state.stop
         # At most MAX_SPREAD: a rule polled hourly must not wait up to an hour for its first status.
-        first_delay = random.uniform(0.0, min(reconciler.rule.spec.polling_interval, MAX_SPREAD)) if spread else 0.0
+        window = max(min(reconciler.rule.spec.polling_interval, MAX_SPREAD), spread / STARTS_PER_SECOND)
+        first_delay = random.uniform(0.0, window) if spread else 0.0
 
         async def run() -> None:
             try:
@@ -342,7 +348,7 @@ class Operator:
                     # Another leader may have written since: take its memory so cooldowns carry over.
                     state.reconciler.memory = self._stored_memory(state)
                     state.reconciler.forget_target_state()
-                    self._start_task(state, spread=True)
+                    self._start_task(state, spread=len(self.rules))
 
     async def stopped_leading(self) -> None:
         # No lock: stop writing at once, even in the middle of a sync.
