@@ -598,5 +598,5 @@ def polling_client(*, timeout: float, max_connections: int = 200) -> httpx.Async
         pattern: None if proxy is None else httpx.AsyncHTTPTransport(proxy=proxy, verify=ssl_context, limits=limits)
         for pattern, proxy in get_environment_proxies().items()
     }
-    transport = AiohttpTransport(max_connections=max_connections, ssl_context=ssl_context)
+    transport = StreamTransport(max_connections=max_connections, ssl_context=ssl_context)
     return httpx.AsyncClient(transport=transport, mounts=mounts, timeout=httpx.Timeout(timeout))
