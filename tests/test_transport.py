@@ -1,7 +1,9 @@
-"""The aiohttp transport under httpx against real servers on 127.0.0.1: what goes out, what comes back, every way a
-request fails, and that a crowd of cancelled requests leaves the pool usable.
+"""Our transports (aiohttp, and the plain asyncio one the operator uses) under httpx against real servers on
+127.0.0.1: what goes out, what comes back, every way a request fails, and that a crowd of cancelled requests leaves
+the pool usable.
 
-Many cases run through both transports (`any_transport`): the aiohttp one must behave as httpx's default does.
+Many cases run through every transport (`any_transport`): ours must behave as httpx's default does; `our_transport`
+runs what only ours do (a retry on a reused connection); the last section is the asyncio transport's own framing.
 """
 
 from __future__ import annotations
@@ -675,18 +677,23 @@ async def test_a_hundred_cancelled_requests_leave_a_pool_of_two_usable() -> None
 
 
 async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it() -> None:
-    """Bytes of a cancelled request's answer must never be read as the answer to the next request."""
+    """Bytes of a cancelled request's answer must never be read as the answer to the next request, and the
+    interrupted connection is closed at once rather than left open until the transport closes."""
+    hung_up: list[str] = []
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
         while (request := await read_request(reader)) is not None:
             server.requests.append(request)
             await asyncio.sleep(0.05 if "/late" in request.line else 0)
             writer.write(response("200 OK", [], request.line.split()[1].encode()))
             await writer.drain()
+        hung_up.append(server.requests[-1].line)
 
     async with raw_server(handle) as server, asyncio_client(max_connections=1) as http:
         await http.get(f"{server.url}/warm")
         with pytest.raises(TimeoutError):
             await asyncio.wait_for(http.get(f"{server.url}/late"), 0.01)
         await asyncio.sleep(0.1)  # the late answer has arrived by now
+        assert hung_up == ["GET /late HTTP/1.1"]
         answer = await http.get(f"{server.url}/next")
     assert answer.content == b"/next"
