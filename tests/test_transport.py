@@ -1,7 +1,9 @@
-"""The aiohttp transport under httpx against real servers on 127.0.0.1: what goes out, what comes back, every way a
-request fails, and that a crowd of cancelled requests leaves the pool usable.
+"""Our transports (aiohttp, and the plain asyncio one the operator uses) under httpx against real servers on
+127.0.0.1: what goes out, what comes back, every way a request fails, and that a crowd of cancelled requests leaves
+the pool usable.
 
-Many cases run through both transports (`any_transport`): the aiohttp one must behave as httpx's default does.
+Many cases run through every transport (`any_transport`): ours must behave as httpx's default does; `our_transport`
+runs what only ours do (a retry on a reused connection); the last section is the asyncio transport's own framing.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from controller.sources.transport import AiohttpTransport, polling_client
+from controller.sources.transport import AiohttpTransport, StreamTransport, polling_client
 
 SECRET_QUERY = "sv=2025-11-05&sp=r&sig=TOPSECRETsignature%2B0123"
 
@@ -121,6 +123,10 @@ def aiohttp_client(*, max_connections: int = 100) -> httpx.AsyncClient:
     return httpx.AsyncClient(transport=AiohttpTransport(max_connections=max_connections))
 
 
+def asyncio_client(*, max_connections: int = 100) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=StreamTransport(max_connections=max_connections))
+
+
 def default_client(*, max_connections: int = 100) -> httpx.AsyncClient:
     return httpx.AsyncClient(limits=httpx.Limits(max_connections=max_connections))
 
@@ -128,10 +134,19 @@ def default_client(*, max_connections: int = 100) -> httpx.AsyncClient:
 ClientFactory = Callable[..., httpx.AsyncClient]
 
 
-@pytest.fixture(params=["httpx-default", "aiohttp"])
+FACTORIES: dict[str, ClientFactory] = {"httpx-default": default_client, "aiohttp": aiohttp_client,
+                                      "asyncio": asyncio_client}
+
+
+@pytest.fixture(params=list(FACTORIES))
 def any_transport(request: pytest.FixtureRequest) -> ClientFactory:
-    factory: ClientFactory = default_client if request.param == "httpx-default" else aiohttp_client
-    return factory
+    return FACTORIES[request.param]
+
+
+@pytest.fixture(params=["aiohttp", "asyncio"])
+def our_transport(request: pytest.FixtureRequest) -> ClientFactory:
+    """The operator's own transports, for what httpx's default does differently (it retries nothing)."""
+    return FACTORIES[request.param]
 
 
 def secret_free(exc: BaseException) -> str:
@@ -228,7 +243,7 @@ async def sent_by(factory: ClientFactory, call: Callable[[httpx.AsyncClient, str
 
 
 @pytest.mark.parametrize("name", ["get-signed", "post-bytes", "post-json", "post-empty", "head", "stream"])
-async def test_the_wire_carries_exactly_what_the_default_transport_sends(name: str) -> None:
+async def test_the_wire_carries_exactly_what_the_default_transport_sends(name: str, our_transport: ClientFactory) -> None:
     """Same request line, headers (names, values, order) and body: aiohttp adds nothing, so Shared Key and SigV4
     signatures over Content-Type and Content-Length still verify."""
     async def chunks() -> AsyncIterator[bytes]:
@@ -246,7 +261,7 @@ async def test_the_wire_carries_exactly_what_the_default_transport_sends(name: s
         "stream": lambda http, url: http.post(f"{url}/stream", content=chunks()),
     }
     default = await sent_by(default_client, calls[name])
-    ours = await sent_by(aiohttp_client, calls[name])
+    ours = await sent_by(our_transport, calls[name])
     if name == "stream":
         # httpx streams with chunked encoding; the aiohttp transport reads the body first and sends its length.
         assert ("Transfer-Encoding", "chunked") in default.headers
@@ -256,9 +271,9 @@ async def test_the_wire_carries_exactly_what_the_default_transport_sends(name: s
     assert (ours.line, ours.headers, ours.body) == (default.line, default.headers, default.body)
 
 
-async def test_a_post_with_no_content_type_gets_none() -> None:
+async def test_a_post_with_no_content_type_gets_none(our_transport: ClientFactory) -> None:
     """aiohttp would add `Content-Type: application/octet-stream` to a bytes body; Shared Key signs Content-Type."""
-    request = await sent_by(aiohttp_client, lambda http, url: http.post(f"{url}/", content=b"raw"))
+    request = await sent_by(our_transport, lambda http, url: http.post(f"{url}/", content=b"raw"))
     assert [name for name, _ in request.headers if name.lower() == "content-type"] == []
     assert request.body == b"raw"
 
@@ -406,10 +421,10 @@ def close_on_second_request() -> Handler:
     return handle
 
 
-async def test_a_reused_connection_that_dies_is_retried_once_for_get_not_for_post() -> None:
+async def test_a_reused_connection_that_dies_is_retried_once_for_get_not_for_post(our_transport: ClientFactory) -> None:
     """aiohttp resends an idempotent request (GET, HEAD, PUT, DELETE) once on a new connection when a reused one
     closes before answering; a POST fails with RemoteProtocolError. (httpx's default transport retries neither.)"""
-    async with raw_server(close_on_second_request()) as server, aiohttp_client() as http:
+    async with raw_server(close_on_second_request()) as server, our_transport() as http:
         await http.get(f"{server.url}/q")
         again = await http.get(f"{server.url}/q")
         assert (again.status_code, again.content, server.connections) == (200, b"fresh", 2)
@@ -421,7 +436,7 @@ async def test_a_reused_connection_that_dies_is_retried_once_for_get_not_for_pos
             await http.get(f"{server.url}/q")
 
 
-async def test_connections_are_reused_and_bounded_by_max_connections() -> None:
+async def test_connections_are_reused_and_bounded_by_max_connections(our_transport: ClientFactory) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
         while (request := await read_request(reader)) is not None:
             server.requests.append(request)
@@ -429,7 +444,7 @@ async def test_connections_are_reused_and_bounded_by_max_connections() -> None:
             writer.write(response("200 OK", [], b"ok"))
             await writer.drain()
 
-    async with raw_server(handle) as server, aiohttp_client(max_connections=4) as http:
+    async with raw_server(handle) as server, our_transport(max_connections=4) as http:
         answers = await asyncio.gather(*(http.get(f"{server.url}/q") for _ in range(40)))
     assert [a.status_code for a in answers] == [200] * 40
     assert server.connections == 4
@@ -441,10 +456,11 @@ async def test_connections_are_reused_and_bounded_by_max_connections() -> None:
 
 @pytest.mark.parametrize("factory", [
     aiohttp_client,
+    asyncio_client,
     pytest.param(default_client, marks=pytest.mark.xfail(
         strict=False, reason="httpcore 1.0.9 leaves connections CONNECTING when cancelled mid-connect: wedges in "
                              "about 2 runs of 3 (why the Azure poller shields its requests)")),
-], ids=["aiohttp", "httpx-default"])
+], ids=["aiohttp", "asyncio", "httpx-default"])
 async def test_cancelled_requests_do_not_wedge_the_pool(factory: ClientFactory) -> None:
     """The httpcore failure mode, at the transport itself: hundreds of requests cancelled while waiting for a slot,
     while connecting (a connect that hangs) and while waiting for an answer leave every slot free again."""
@@ -476,7 +492,13 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-async def test_tls_is_verified_by_default_and_a_given_context_is_used(certificate: tuple[Path, Path]) -> None:
+OUR_CLASSES = pytest.mark.parametrize("transport_class", [AiohttpTransport, StreamTransport],
+                                      ids=["aiohttp", "asyncio"])
+
+
+@OUR_CLASSES
+async def test_tls_is_verified_by_default_and_a_given_context_is_used(
+        certificate: tuple[Path, Path], transport_class: type[AiohttpTransport | StreamTransport]) -> None:
     cert, key = certificate
     server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     server_side.load_cert_chain(cert, key)
@@ -494,13 +516,13 @@ async def test_tls_is_verified_by_default_and_a_given_context_is_used(certificat
     server = await asyncio.start_server(connected, "127.0.0.1", 0, ssl=server_side)
     url = f"https://127.0.0.1:{server.sockets[0].getsockname()[1]}/q?{SECRET_QUERY}"
     try:
-        async with httpx.AsyncClient(transport=AiohttpTransport()) as http:
+        async with httpx.AsyncClient(transport=transport_class()) as http:
             with pytest.raises(httpx.ConnectError) as caught:
                 await http.get(url, timeout=5.0)
         secret_free(caught.value)
         assert "certificate" in str(caught.value).lower()
         trusting = ssl.create_default_context(cafile=str(cert))
-        async with httpx.AsyncClient(transport=AiohttpTransport(ssl_context=trusting)) as http:
+        async with httpx.AsyncClient(transport=transport_class(ssl_context=trusting)) as http:
             assert (await http.get(url, timeout=5.0)).content == b"secure"
     finally:
         server.close()
@@ -517,7 +539,7 @@ async def test_polling_client_sends_through_environment_proxies_but_not_for_no_p
         async with polling_client(timeout=5.0) as http:
             through = await http.get("http://queues.example.invalid/acct/q?comp=metadata")
             around = await http.get(f"{direct.url}/q")
-        async with httpx.AsyncClient(transport=AiohttpTransport()) as bare:
+        async with httpx.AsyncClient(transport=StreamTransport()) as bare:
             # The claim that httpx honours the environment under any transport is false: a bare client with a
             # transport of its own ignores HTTP_PROXY (httpx._client: allow_env_proxies = trust_env and
             # transport is None).
@@ -535,10 +557,143 @@ async def test_polling_client_applies_its_timeout() -> None:
         assert asyncio.get_running_loop().time() - started < 2.0
 
 
-async def test_a_closed_transport_refuses_requests() -> None:
+@OUR_CLASSES
+async def test_a_closed_transport_refuses_requests(transport_class: type[AiohttpTransport | StreamTransport]) -> None:
     async with raw_server(ok()) as server:
-        http = httpx.AsyncClient(transport=AiohttpTransport())
+        http = httpx.AsyncClient(transport=transport_class())
         assert (await http.get(f"{server.url}/q")).status_code == 200
         await http.aclose()
         with pytest.raises(RuntimeError):
             await http.get(f"{server.url}/q")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The asyncio transport's own HTTP/1.1: framing, keep-alive and cancellation
+
+
+async def test_chunked_body_with_extensions_trailers_and_split_segments_is_joined() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
+        while (request := await read_request(reader)) is not None:
+            server.requests.append(request)
+            for piece in (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;ext=1\r\nqu", b"eu\r\n",
+                          b"1\r\ne\r\n0\r\nX-Trailer: yes\r\n", b"\r\n"):
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.01)  # each piece arrives in a segment of its own
+
+    async with raw_server(handle) as server, asyncio_client() as http:
+        first = await http.get(f"{server.url}/q")
+        second = await http.get(f"{server.url}/q")
+    assert (first.content, second.content, server.connections) == (b"queue", b"queue", 1)
+
+
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.0 200 OK\r\n\r\nread to the end",
+    b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nread to the end",
+], ids=["http-1.0", "connection-close"])
+async def test_a_body_without_length_is_read_to_the_close_and_the_connection_not_reused(answer: bytes) -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
+        request = await read_request(reader)
+        assert request is not None
+        server.requests.append(request)
+        writer.write(answer[:30])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(answer[30:])
+        await writer.drain()
+        writer.close()
+
+    async with raw_server(handle) as server, asyncio_client() as http:
+        first = await http.get(f"{server.url}/q")
+        second = await http.get(f"{server.url}/q")
+    assert (first.content, second.content, server.connections) == (b"read to the end", b"read to the end", 2)
+
+
+async def test_connection_close_with_a_length_is_not_reused() -> None:
+    async with raw_server(answering(lambda _r: response("200 OK", [("Connection", "close")], b"bye"))) as server, \
+            asyncio_client() as http:
+        answers = [await http.get(f"{server.url}/q") for _ in range(3)]
+    assert ([a.content for a in answers], server.connections) == ([b"bye"] * 3, 3)
+
+
+async def test_an_idle_connection_closed_by_the_server_is_retried_once_for_get() -> None:
+    """The server closes its end of an idle keep-alive connection; the GET that reuses it before the FIN arrives is
+    resent once on a fresh connection, and a POST in the same spot fails."""
+    async with raw_server(close_on_second_request()) as server, asyncio_client() as http:
+        await http.get(f"{server.url}/q")
+        again = await http.get(f"{server.url}/q")
+        assert (again.content, server.connections, len(server.requests)) == (b"fresh", 2, 3)
+        with pytest.raises(httpx.RemoteProtocolError) as caught:
+            await http.post(f"{server.url}/q?{SECRET_QUERY}", content=b"x")
+        assert server.connections == 2  # no retry for the POST
+    secret_free(caught.value)
+
+
+async def test_a_fresh_connection_closed_without_an_answer_is_not_retried() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
+        request = await read_request(reader)
+        assert request is not None
+        server.requests.append(request)
+
+    async with raw_server(handle) as server, asyncio_client() as http:
+        with pytest.raises(httpx.RemoteProtocolError):
+            await http.get(f"{server.url}/q", timeout=2.0)
+    assert server.connections == 1
+
+
+async def test_an_idle_connection_past_the_keepalive_expiry_is_replaced() -> None:
+    async with raw_server(ok()) as server, \
+            httpx.AsyncClient(transport=StreamTransport(keepalive_expiry=0.05)) as http:
+        await http.get(f"{server.url}/q")
+        await http.get(f"{server.url}/q")
+        await asyncio.sleep(0.1)
+        await http.get(f"{server.url}/q")
+    assert server.connections == 2
+
+
+async def test_a_hundred_cancelled_requests_leave_a_pool_of_two_usable() -> None:
+    """Cancelled while connecting, while waiting for a slot, mid-answer: each interrupted connection is closed and
+    its slot given back, so a normal request afterwards gets an answer at once."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
+        while (request := await read_request(reader)) is not None:
+            server.requests.append(request)
+            if "/slow" in request.line:
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")  # and never the rest
+                await writer.drain()
+                continue
+            writer.write(response("200 OK", [], b"after"))
+            await writer.drain()
+
+    async with raw_server(handle) as server, asyncio_client(max_connections=2) as http:
+        for round_ in range(10):
+            crowd = [asyncio.ensure_future(http.get(f"{server.url}/slow")) for _ in range(10)]
+            await asyncio.sleep(0.005 * round_)  # cancel at different points of the exchange
+            for call in crowd:
+                call.cancel()
+            outcomes = await asyncio.gather(*crowd, return_exceptions=True)
+            assert all(isinstance(o, asyncio.CancelledError) for o in outcomes)
+        answer = await asyncio.wait_for(http.get(f"{server.url}/q"), 1.0)
+    assert answer.content == b"after"
+
+
+async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it() -> None:
+    """Bytes of a cancelled request's answer must never be read as the answer to the next request, and the
+    interrupted connection is closed at once rather than left open until the transport closes."""
+    hung_up: list[str] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
+        while (request := await read_request(reader)) is not None:
+            server.requests.append(request)
+            await asyncio.sleep(0.05 if "/late" in request.line else 0)
+            writer.write(response("200 OK", [], request.line.split()[1].encode()))
+            await writer.drain()
+        hung_up.append(server.requests[-1].line)
+
+    async with raw_server(handle) as server, asyncio_client(max_connections=1) as http:
+        await http.get(f"{server.url}/warm")
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(http.get(f"{server.url}/late"), 0.01)
+        await asyncio.sleep(0.1)  # the late answer has arrived by now
+        assert hung_up == ["GET /late HTTP/1.1"]
+        answer = await http.get(f"{server.url}/next")
+    assert answer.content == b"/next"

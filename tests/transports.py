@@ -1,4 +1,5 @@
-"""Which transport the source tests' HTTP clients run on: httpx's default, or the aiohttp one the operator uses.
+"""Which transport the source tests' HTTP clients run on: httpx's default, the aiohttp one, or the asyncio one the
+operator uses.
 
 A module opts in with `pytestmark = pytest.mark.usefixtures("http_transport")`: each of its tests then runs once
 per transport, and every client it builds with `http_client()` sits on that transport.
@@ -12,11 +13,11 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from controller.sources.transport import AiohttpTransport
+from controller.sources.transport import AiohttpTransport, StreamTransport
 
 __all__ = ["TRANSPORTS", "http_client", "http_transport"]
 
-TRANSPORTS = ("httpx-default", "aiohttp")
+TRANSPORTS = ("httpx-default", "aiohttp", "asyncio")
 
 
 @dataclass
@@ -31,6 +32,8 @@ def http_client(*, max_connections: int = 100) -> httpx.AsyncClient:
     """A fresh client on the transport the running test selected (httpx's default when it selected none)."""
     if _selection.transport == "aiohttp":
         return httpx.AsyncClient(transport=AiohttpTransport(max_connections=max_connections))
+    if _selection.transport == "asyncio":
+        return httpx.AsyncClient(transport=StreamTransport(max_connections=max_connections))
     return httpx.AsyncClient(limits=httpx.Limits(max_connections=max_connections,
                                                  max_keepalive_connections=max_connections))
 
