@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 MAX_SPREAD = 10.0  # seconds over which rules started together begin polling
 # ...or longer when they are many: each rule's first tick reads its target and writes its status, so 10,000 rules
 # starting within 10 s would ask the API server (and this process) for three times the steady load at once.
-STARTS_PER_SECOND = 250.0
+STARTS_PER_SECOND = 100.0
 
 AUTH_CODES = {"AuthenticationFailed", "AuthorizationPermissionMismatch", "AuthorizationResourceTypeMismatch",
               "AuthorizationFailure"}
