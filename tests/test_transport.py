@@ -361,23 +361,14 @@ async def test_a_refused_connection_is_a_connect_error(any_transport: ClientFact
     assert f"127.0.0.1:{port}/q" in shown or any_transport is default_client
 
 
-async def test_a_connection_closed_mid_body_is_a_remote_protocol_error(any_transport: ClientFactory) -> None:
+@pytest.mark.parametrize("answer", [
+    b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ncut short",  # a connection closed mid-body
+    b"SSH-2.0-OpenSSH_9.6\r\n\r\n",  # garbage instead of HTTP
+], ids=["closed-mid-body", "not-http"])
+async def test_a_broken_answer_is_a_remote_protocol_error(any_transport: ClientFactory, answer: bytes) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
         await read_request(reader)
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\ncut short")
-        await writer.drain()
-        writer.close()
-
-    async with raw_server(handle) as server, any_transport() as http:
-        with pytest.raises(httpx.RemoteProtocolError) as caught:
-            await http.get(f"{server.url}/q?{SECRET_QUERY}", timeout=2.0)
-    secret_free(caught.value)
-
-
-async def test_garbage_instead_of_http_is_a_remote_protocol_error(any_transport: ClientFactory) -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
-        await read_request(reader)
-        writer.write(b"SSH-2.0-OpenSSH_9.6\r\n\r\n")
+        writer.write(answer)
         await writer.drain()
         writer.close()
 

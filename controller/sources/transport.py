@@ -52,6 +52,32 @@ class _Body(httpx.AsyncByteStream):
             yield self._body
 
 
+class _Slots:
+    """The bound on requests in flight, which both transports keep themselves: a slot is given back by the
+    request's own `finally`, whatever happened to it, so nothing can leak one and wedge the pool."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._semaphore = asyncio.Semaphore(limit)
+
+    async def take(self, request: httpx.Request, pool_timeout: float | None) -> None:
+        """A slot, waiting at most `pool_timeout` for one (httpx.PoolTimeout)."""
+        if not self._semaphore.locked():
+            await self._semaphore.acquire()
+            return
+        try:
+            async with asyncio.timeout(pool_timeout):
+                await self._semaphore.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout(
+                f"no free connection within the pool timeout ({self.limit} in use) for {_where(request)}",
+                request=request,
+            ) from None
+
+    def give_back(self) -> None:
+        self._semaphore.release()
+
+
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """Sends httpx requests through one `aiohttp.ClientSession`, opened on first use in the running event loop.
 
@@ -71,11 +97,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
-        self._max_connections = max_connections
         self._max_connections_per_host = max_connections_per_host
         self._ssl_context = ssl_context if ssl_context is not None else httpx.create_ssl_context()
         self._keepalive_expiry = keepalive_expiry
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = _Slots(max_connections)
         self._session: aiohttp.ClientSession | None = None
         self._closed = False
         self._timeouts: dict[tuple[float | None, float | None], aiohttp.ClientTimeout] = {}
@@ -114,21 +139,11 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._closed:
             raise RuntimeError("the transport is closed")
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        if self._slots.locked():
-            try:
-                async with asyncio.timeout(timeouts.get("pool")):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise httpx.PoolTimeout(
-                    f"no free connection within the pool timeout ({self._max_connections} in use) for "
-                    f"{_where(request)}", request=request,
-                ) from None
-        else:
-            await self._slots.acquire()
+        await self._slots.take(request, timeouts.get("pool"))
         try:
             return await self._send(request, self._timeout(timeouts))
         finally:
-            self._slots.release()
+            self._slots.give_back()
 
     async def _send(self, request: httpx.Request, timeout: aiohttp.ClientTimeout) -> httpx.Response:
         if self._session is None:
@@ -287,10 +302,9 @@ class StreamTransport(httpx.AsyncBaseTransport):
     ) -> None:
         if max_connections < 1:
             raise ValueError(f"max_connections must be at least 1, not {max_connections}")
-        self._max_connections = max_connections
         self._ssl_context = ssl_context if ssl_context is not None else httpx.create_ssl_context()
         self._keepalive_expiry = keepalive_expiry
-        self._slots = asyncio.Semaphore(max_connections)
+        self._slots = _Slots(max_connections)
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
         self._next_sweep = 0.0
         self._closed = False
@@ -299,21 +313,11 @@ class StreamTransport(httpx.AsyncBaseTransport):
         if self._closed:
             raise RuntimeError("the transport is closed")
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        if self._slots.locked():
-            try:
-                async with asyncio.timeout(timeouts.get("pool")):
-                    await self._slots.acquire()
-            except TimeoutError:
-                raise httpx.PoolTimeout(
-                    f"no free connection within the pool timeout ({self._max_connections} in use) for "
-                    f"{_where(request)}", request=request,
-                ) from None
-        else:
-            await self._slots.acquire()
+        await self._slots.take(request, timeouts.get("pool"))
         try:
             return await self._send(request, timeouts)
         finally:
-            self._slots.release()
+            self._slots.give_back()
 
     async def _send(self, request: httpx.Request, timeouts: dict[str, float | None]) -> httpx.Response:
         url = request.url
