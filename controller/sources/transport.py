@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator
-from types import TracebackType
 
 import aiohttp
 import httpx
@@ -195,17 +194,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
-
-    async def __aenter__(self) -> AiohttpTransport:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None = None,
-        exc_value: BaseException | None = None,
-        traceback: TracebackType | None = None,
-    ) -> None:
-        await self.aclose()
 
 
 # Methods that a server cannot have acted on twice: resent once on a fresh connection when a reused one closed
@@ -402,17 +390,6 @@ class StreamTransport(httpx.AsyncBaseTransport):
         for connections in idle.values():
             for connection in connections:
                 connection.close()
-
-    async def __aenter__(self) -> StreamTransport:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None = None,
-        exc_value: BaseException | None = None,
-        traceback: TracebackType | None = None,
-    ) -> None:
-        await self.aclose()
 
 
 async def _message(request: httpx.Request) -> bytes:
