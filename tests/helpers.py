@@ -11,8 +11,9 @@ from typing import Any
 from azure.storage.queue import QueueClient, QueueServiceClient
 
 from controller.policy import SourceReading
-from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource, RetryPolicy
+from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource
 from controller.sources.base import SecretResolver, SecretUnavailable, SourceContext
+from controller.sources.retries import RetryPolicy
 from controller.spec import SecretKeyRef
 from tests.azurite import Azurite
 from tests.transports import http_client

@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from controller.check import NamespaceSecrets, SecretStore, secret_env_name
-from controller.sources.azure_queue import API_VERSION, AzureQueuePoller, AzureQueueSource, RetryPolicy
+from controller.sources.azure_queue import API_VERSION, AzureQueuePoller, AzureQueueSource
 from controller.sources.base import SecretUnavailable, SourceContext
+from controller.sources.retries import RetryPolicy
 from controller.spec import SecretKeyRef
 from tests.helpers import DictSecrets, poll_once, timed_poll
 

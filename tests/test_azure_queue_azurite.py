@@ -17,9 +17,9 @@ from controller.sources.azure_queue import (
     VISIBLE_UNKNOWN_NOTE,
     AzureQueuePoller,
     AzureQueueSource,
-    RetryPolicy,
 )
 from controller.sources.base import SourceContext, build_source
+from controller.sources.retries import RetryPolicy
 from controller.spec import SecretKeyRef
 from tests.azurite import Azurite
 from tests.helpers import (

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import threading
 
-from controller.sources.azure_queue import AzureQueueSource, RetryPolicy
+from controller.sources.azure_queue import AzureQueueSource
+from controller.sources.retries import RetryPolicy
 from controller.spec import SecretKeyRef
 from tests.helpers import DictSecrets, poll_once, timed_poll
 from tests.loopback import LoopbackServer, Recorded, Reply, always

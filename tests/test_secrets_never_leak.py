@@ -12,8 +12,9 @@ from azure.storage.queue import QueueSasPermissions, generate_queue_sas
 
 from controller.check import NamespaceSecrets, SecretStore
 from controller.sources.azure_auth import CredentialError, SasToken, SharedKey, parse_connection_string
-from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource, RetryPolicy
+from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource
 from controller.sources.base import SourceContext
+from controller.sources.retries import RetryPolicy
 from controller.spec import SecretKeyRef
 from tests.azurite import Azurite
 from tests.helpers import DictSecrets, in_one_hour, key_source, new_queue, unique_queue

@@ -41,6 +41,7 @@ from controller.sources.azure_auth import (
     token_refresh_time,
 )
 from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
+from controller.sources.retries import RetryPolicy
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
 
 log = logging.getLogger(__name__)
@@ -139,21 +140,6 @@ VISIBLE_UNKNOWN_NOTE = (
     f"visible count unknown: {PEEK_LIMIT} or more visible, used the approximate count "
     "(which also counts invisible messages)"
 )
-
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Exponential back-off with jitter for transient failures; the poll's budget caps it all."""
-
-    request_timeout: float = 5.0  # one request, at most
-    first_delay: float = 0.1
-    max_delay: float = 2.0
-    max_attempts: int = 6
-
-    def delay(self, retry: int, rng: random.Random) -> float:
-        """Wait before retry number `retry` (0-based): half the exponential step fixed, half random."""
-        step = min(self.max_delay, self.first_delay * 2.0**retry)
-        return step / 2 + rng.uniform(0, step / 2)
 
 
 @dataclass(frozen=True)
