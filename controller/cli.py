@@ -41,6 +41,14 @@ def _replicas(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
     return int(text)
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def _duration(text: str) -> float:
     from controller.spec import parse_duration
 
@@ -77,6 +85,7 @@ def _run(args: argparse.Namespace) -> int:
         secret_ttl=args.secret_ttl,
         target_refresh=args.target_refresh,
         status_rate=args.status_rate,
+        max_concurrent_ticks=args.max_concurrent_ticks,
     )
     return asyncio.run(run(options))
 
@@ -115,6 +124,9 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument("--target-refresh", type=_duration, default=60.0,
                      help="re-read a target's scale this often when no scaling is due (default 1m; a tick that "
                           "would scale always reads it first; 0 reads it every tick)")
+    run.add_argument("--max-concurrent-ticks", type=_positive_int, default=500,
+                     help="ticks in progress at once over all rules (default 500): when the process has more due "
+                          "than it has CPU for, ticks start late rather than all at once and each timing out")
     run.add_argument("--log-format", choices=("text", "json"), default="text")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
     run.set_defaults(handler=_run)

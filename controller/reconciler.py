@@ -197,16 +197,30 @@ class Reconciler:
         while len(self.history) > 2 and self.history[1].time < horizon:
             self.history.pop(0)
 
-    async def run(self, stop: asyncio.Event, *, first_delay: float = 0.0) -> None:
+    async def run(
+        self, stop: asyncio.Event, *, first_delay: float = 0.0, slots: asyncio.Semaphore | None = None
+    ) -> None:
         """Tick every polling interval until `stop` is set. A late tick starts at once; missed ones are skipped.
 
         `first_delay` puts off the first tick: an operator starting thousands of rules at once spreads them over
-        one interval, instead of polling every queue and reading every target in the same instant."""
+        one interval, instead of polling every queue and reading every target in the same instant.
+
+        `slots`, shared by all the rules of a process, bounds the ticks in progress. A tick waits for a slot
+        before it starts, and that wait counts as lateness. Without a bound, a process with more due ticks than
+        it has CPU for starts them all: each then waits behind all the others for every step, its poll outlasts
+        its timeout, is retried and warned about, and the extra work keeps the process saturated. With one, the
+        same overload makes ticks start late, and every tick that starts finishes in time."""
         next_tick = self.clock.now() + max(0.0, first_delay)
         if first_delay > 0:
             await _sleep_or_stop(self.clock, first_delay, stop)
         while not stop.is_set():
-            await self.tick(scheduled=next_tick)
+            if slots is None:
+                await self.tick(scheduled=next_tick)
+            else:
+                async with slots:
+                    if stop.is_set():
+                        break
+                    await self.tick(scheduled=next_tick)
             interval = self.rule.spec.polling_interval
             next_tick += interval
             now = self.clock.now()

@@ -276,3 +276,55 @@ async def test_with_no_refresh_every_tick_reads_the_target() -> None:
         await reconciler.tick()
         clock.time += 10
     assert target.reads == 3
+
+
+@dataclass
+class GatedSource(QueueSource):
+    """Polls only once `gate` is open, noting who is polling meanwhile."""
+
+    name: str = ""
+    gate: asyncio.Event = field(default_factory=asyncio.Event)
+    polling: list[str] = field(default_factory=list)
+
+    async def poll(self, budget: float) -> SourceReading:
+        self.polling.append(self.name)
+        await self.gate.wait()
+        self.polling.remove(self.name)
+        return await super().poll(budget)
+
+
+async def test_shared_slots_bound_the_ticks_in_progress_and_the_wait_counts_as_lateness() -> None:
+    gate, slots, stop = asyncio.Event(), asyncio.Semaphore(1), asyncio.Event()
+    polling: list[str] = []
+    clocks = {name: VirtualClock() for name in "ab"}
+    reporters = {name: Collect() for name in "ab"}
+    reconcilers = [
+        Reconciler(rule(), [GatedSource([5], name=name, gate=gate, polling=polling)], MemoryTarget(), clocks[name],
+                   reporters[name])
+        for name in "ab"
+    ]
+    runs = [asyncio.create_task(r.run(stop, slots=slots)) for r in reconcilers]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert polling == ["a"]  # b waits for the one slot before its tick starts: it has not polled
+    clocks["b"].time += 3  # b's tick is due now and waits 3 s
+    gate.set()
+    while not reporters["b"].results:
+        await asyncio.sleep(0)
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*runs), timeout=5)
+    assert reporters["a"].results[0].lateness == 0
+    assert reporters["b"].results[0].lateness == 3
+
+
+async def test_a_rule_stopped_while_it_waits_for_a_slot_does_not_tick() -> None:
+    slots, stop = asyncio.Semaphore(1), asyncio.Event()
+    reporter = Collect()
+    reconciler = Reconciler(rule(), [QueueSource([5])], MemoryTarget(), VirtualClock(), reporter)
+    await slots.acquire()  # every slot busy
+    run = asyncio.create_task(reconciler.run(stop, slots=slots))
+    await asyncio.sleep(0)
+    stop.set()
+    slots.release()
+    await asyncio.wait_for(run, timeout=5)
+    assert reporter.results == []
