@@ -64,6 +64,10 @@ class Metrics:
             "queuescale_kubernetes_api_errors", "Failed Kubernetes API calls by operation and HTTP status",
             ["operation", "status"], registry=r,
         )
+        self.events = Counter(
+            "queuescale_events", "Kubernetes Events by outcome: sent, limited (per rule), over_budget (overall), "
+            "failed", ["result"], registry=r,
+        )
         self.build_info = Gauge(
             "queuescale_build_info", "Build information (always 1)", ["version", "python"], registry=r,
         )

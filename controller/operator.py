@@ -158,7 +158,8 @@ class Operator:
         self.clock = clock or SystemClock()
         self.identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
         self.secrets = SecretCache(self._read_secret, ttl=options.secret_ttl)
-        self.events = EventRecorder(self._send_event, self.identity)
+        self.events = EventRecorder(self._send_event, self.identity,
+                                    counted=lambda outcome: self.metrics.events.labels(result=outcome).inc())
         factory = target_factory or self._kubernetes_target
         self.target_factory: TargetFactory = lambda rule: LeaderGuardedTarget(factory(rule), self.may_write)
         self.rules: dict[str, RuleState] = {}

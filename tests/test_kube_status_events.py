@@ -118,6 +118,16 @@ def test_warnings_are_said_once_per_interval_and_bursts_are_capped() -> None:
     assert limiter.allow("r", "Normal", "ScaledUp", 310)  # one token back after 10 s
 
 
+def test_an_overall_budget_holds_back_a_storm_and_the_rules_say_it_later() -> None:
+    limiter = EventLimiter(burst=10, refill_every=30, repeat_after=300, total_burst=3, total_per_second=1)
+    allowed = [limiter.allow(f"rule-{i}", "Warning", "ServerBusy", 0) for i in range(10)]
+    assert allowed == [True] * 3 + [False] * 7 and limiter.over_budget == 7
+    # Held back by the budget, not by its own limits: rule-3's Warning is said once the budget has a token again.
+    assert not limiter.allow("rule-3", "Warning", "ServerBusy", 0.5)
+    assert limiter.allow("rule-3", "Warning", "ServerBusy", 1.6)
+    assert not limiter.allow("rule-3", "Warning", "ServerBusy", 100)  # ... and then not again for 300 s
+
+
 async def test_recorder_builds_a_core_event_and_survives_failures() -> None:
     sent: list[tuple[str, dict[str, Any]]] = []
 
@@ -212,3 +222,20 @@ async def test_secret_cache_reads_a_secret_once_when_many_rules_miss_it_together
     with pytest.raises(SecretUnavailable):
         await resolve("gone", "conn")
     assert reads.count("gone") == 2
+
+
+async def test_the_recorder_tells_each_events_outcome() -> None:
+    outcomes: list[str] = []
+
+    async def send(namespace: str, body: dict[str, Any]) -> None:
+        if body["reason"] == "Broken":
+            raise OSError("connection refused")
+
+    limiter = EventLimiter(burst=10, total_burst=2, total_per_second=0.001)
+    recorder = EventRecorder(send, "op-1", limiter, counted=outcomes.append)
+    ref = ObjectRef("queuescale.io/v1alpha1", "QueueScaler", "orders", "shop", "uid-1")
+    await recorder.record(ref, "Warning", "QueueNotFound", "x", NOW)
+    await recorder.record(ref, "Warning", "QueueNotFound", "x", NOW + 1)  # the same Warning again: its rule's limit
+    await recorder.record(ref, "Normal", "Broken", "x", NOW + 2)
+    await recorder.record(ref, "Normal", "ScaledUp", "x", NOW + 3)  # the overall budget of 2 is spent
+    assert outcomes == ["sent", "limited", "failed", "over_budget"]
