@@ -667,11 +667,9 @@ async def test_a_hundred_cancelled_requests_leave_a_pool_of_two_usable() -> None
     assert answer.content == b"after"
 
 
-async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it() -> None:
-    """Bytes of a cancelled request's answer must never be read as the answer to the next request, and the
-    interrupted connection is closed at once rather than left open until the transport closes."""
-    hung_up: list[str] = []
-
+def echo_path_late(hung_up: list[str]) -> Handler:
+    """Answers each request with its path, 50 ms late for /late; notes the last request line when the client hangs
+    up."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
         while (request := await read_request(reader)) is not None:
             server.requests.append(request)
@@ -679,7 +677,14 @@ async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it(
             writer.write(response("200 OK", [], request.line.split()[1].encode()))
             await writer.drain()
         hung_up.append(server.requests[-1].line)
+    return handle
 
+
+async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it() -> None:
+    """Bytes of a cancelled request's answer must never be read as the answer to the next request, and the
+    interrupted connection is closed at once rather than left open until the transport closes."""
+    hung_up: list[str] = []
+    handle = echo_path_late(hung_up)
     async with raw_server(handle) as server, asyncio_client(max_connections=1) as http:
         await http.get(f"{server.url}/warm")
         with pytest.raises(TimeoutError):
@@ -810,15 +815,7 @@ async def test_fetch_resends_once_when_the_server_closed_the_reused_connection()
 
 async def test_a_cancelled_fetch_frees_its_slot_and_closes_its_connection() -> None:
     hung_up: list[str] = []
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
-        while (request := await read_request(reader)) is not None:
-            server.requests.append(request)
-            await asyncio.sleep(0.05 if "/late" in request.line else 0)
-            writer.write(response("200 OK", [], request.line.split()[1].encode()))
-            await writer.drain()
-        hung_up.append(server.requests[-1].line)
-
+    handle = echo_path_late(hung_up)
     async with raw_server(handle) as server:
         transport = StreamTransport(max_connections=1)
         try:

@@ -13,6 +13,9 @@ What this transport promises, as httpx's own does:
 - the per-request timeouts (connect, read, pool) hold, and every failure is an `httpx.TransportError` subclass
   carrying the request, whose message never holds the URL's query string (a SAS lives there);
 - a cancelled request gives back its pool slot: cancellation never wedges the pool.
+
+`StreamTransport.fetch` keeps the same promises for the Azure poller's own calls without building httpx's request
+and response (its errors carry no request); `PollingClient.direct` says when a URL may take that way.
 """
 
 from __future__ import annotations
