@@ -1,5 +1,6 @@
 """Get Queue Metadata polls per second and CPU per poll from one process, on httpx's default transport, the aiohttp
-one and the asyncio one (`controller.sources.transport`), and what Shared Key signing costs.
+one, the asyncio one (`controller.sources.transport`) under httpx, and the poller's fast path (`polling_client`:
+`StreamTransport.fetch`, no httpx request or response), and what Shared Key signing costs.
 
     .venv/bin/python -m benchmarks.azure_poll [--seconds 3] [--concurrency 1 8 32] [--server fast azurite]
 
@@ -10,7 +11,7 @@ Servers, each started on 127.0.0.1 and a free port and stopped at the end:
 - `fast`: the small asyncio Get Queue Metadata server of benchmarks/capacity.py, in a process of its own. It
   answers in microseconds, so the client's CPU is what limits the rate: the figure that matters for the operator;
 - `azurite`: a real Azurite (Node.js). Slower than the client, so it shows latency more than client cost.
-Bounded: it ends by itself after about `seconds` x levels x 3 transports x servers + startup.
+Bounded: it ends by itself after about `seconds` x levels x 4 transports x servers + startup.
 """
 
 from __future__ import annotations
@@ -35,12 +36,12 @@ from benchmarks.capacity import DEV_KEY, ROOT, _wait
 from controller.sources.azure_auth import SharedKey, format_http_date
 from controller.sources.azure_queue import API_VERSION, AzureQueuePoller, AzureQueueSource
 from controller.sources.base import SourceContext
-from controller.sources.transport import AiohttpTransport, StreamTransport
+from controller.sources.transport import AiohttpTransport, StreamTransport, polling_client
 from controller.spec import SecretKeyRef
 
 QUEUE = "bench"
 ACCOUNT = "devstoreaccount1"
-TRANSPORTS = ("httpx-default", "aiohttp", "asyncio")
+TRANSPORTS = ("httpx-default", "aiohttp", "asyncio", "fast-path")
 
 
 @dataclass(frozen=True)
@@ -78,8 +79,10 @@ class Run:
 
 
 def client_for(transport: str, concurrency: int) -> httpx.AsyncClient:
-    """httpx's default transport as the operator once configured it, or one of ours (`asyncio` is what
-    `polling_client` uses)."""
+    """httpx's default transport as the operator once configured it, or one of ours: `asyncio` is StreamTransport
+    under httpx, `fast-path` the operator's `polling_client`, through which the poller calls `fetch` directly."""
+    if transport == "fast-path":
+        return polling_client(timeout=5.0, max_connections=concurrency)
     if transport == "aiohttp":
         return httpx.AsyncClient(timeout=5.0, transport=AiohttpTransport(max_connections=concurrency))
     if transport == "asyncio":
@@ -183,7 +186,7 @@ def report(runs: list[Run]) -> str:
         if run.transport == "httpx-default" or (run.server, "httpx-default", run.concurrency) not in by_key:
             continue
         base = by_key[(run.server, "httpx-default", run.concurrency)]
-        lines.append(f"  {run.transport:>7} {run.server:>7} concurrency {run.concurrency:>3}: "
+        lines.append(f"  {run.transport:>9} {run.server:>7} concurrency {run.concurrency:>3}: "
                      f"polls/s x{run.per_second / base.per_second:.2f}, "
                      f"CPU per poll x{run.cpu_per_poll / base.cpu_per_poll:.2f} "
                      f"({base.cpu_per_poll * 1e6:.0f} -> {run.cpu_per_poll * 1e6:.0f} us)")
@@ -211,7 +214,7 @@ def main() -> None:
     print(report(runs))
     if signing is not None:
         sign, build = signing
-        sequential = min(runs, key=lambda run: (run.concurrency, run.transport != "asyncio"))
+        sequential = min(runs, key=lambda run: (run.concurrency, run.transport != "fast-path"))
         per_poll = statistics.fmean(sequential.latencies)
         print(f"Shared Key signature: {sign * 1e6:.1f} us; date + signature: {build * 1e6:.1f} us "
               f"({build / sequential.cpu_per_poll:.0%} of the CPU of one {sequential.transport} poll, "

@@ -667,11 +667,9 @@ async def test_a_hundred_cancelled_requests_leave_a_pool_of_two_usable() -> None
     assert answer.content == b"after"
 
 
-async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it() -> None:
-    """Bytes of a cancelled request's answer must never be read as the answer to the next request, and the
-    interrupted connection is closed at once rather than left open until the transport closes."""
-    hung_up: list[str] = []
-
+def echo_path_late(hung_up: list[str]) -> Handler:
+    """Answers each request with its path, 50 ms late for /late; notes the last request line when the client hangs
+    up."""
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
         while (request := await read_request(reader)) is not None:
             server.requests.append(request)
@@ -679,7 +677,14 @@ async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it(
             writer.write(response("200 OK", [], request.line.split()[1].encode()))
             await writer.drain()
         hung_up.append(server.requests[-1].line)
+    return handle
 
+
+async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it() -> None:
+    """Bytes of a cancelled request's answer must never be read as the answer to the next request, and the
+    interrupted connection is closed at once rather than left open until the transport closes."""
+    hung_up: list[str] = []
+    handle = echo_path_late(hung_up)
     async with raw_server(handle) as server, asyncio_client(max_connections=1) as http:
         await http.get(f"{server.url}/warm")
         with pytest.raises(TimeoutError):
@@ -688,3 +693,167 @@ async def test_a_cancelled_request_closes_its_connection_rather_than_reusing_it(
         assert hung_up == ["GET /late HTTP/1.1"]
         answer = await http.get(f"{server.url}/next")
     assert answer.content == b"/next"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# StreamTransport.fetch: the same pool and promises without httpx's request and response objects
+
+
+def stream() -> StreamTransport:
+    return StreamTransport(max_connections=2)
+
+
+async def test_fetch_sends_host_and_exactly_the_given_headers_and_reuses_the_connection() -> None:
+    answer_headers = [("x-ms-approximate-messages-count", "7"), ("X-Dup", "one"), ("X-Dup", "two")]
+    async with raw_server(answering(lambda _r: response("200 OK", answer_headers, b"body"))) as server:
+        transport = stream()
+        url = httpx.URL(f"{server.url}/acct/q?comp=metadata")
+        try:
+            answers = [await transport.fetch("GET", url, [(b"x-ms-version", b"2025-11-05"), (b"User-Agent", b"t")],
+                                             timeout=2.0) for _ in range(3)]
+        finally:
+            await transport.aclose()
+    port = server.url.rsplit(":", 1)[1]
+    assert [(a.status_code, a.content) for a in answers] == [(200, b"body")] * 3
+    assert answers[0].headers.get("x-ms-approximate-messages-count") == "7"
+    assert answers[0].headers.get("x-dup") == "one, two"  # as httpx.Headers.get joins repeated names
+    assert server.connections == 1
+    first = server.requests[0]
+    assert first.line == "GET /acct/q?comp=metadata HTTP/1.1"
+    assert first.headers == [("Host", f"127.0.0.1:{port}"), ("x-ms-version", "2025-11-05"), ("User-Agent", "t")]
+
+
+async def test_fetch_joins_a_chunked_body_split_across_segments() -> None:
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
+        while (request := await read_request(reader)) is not None:
+            server.requests.append(request)
+            for piece in (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nqu", b"eu\r\n1\r\ne\r\n",
+                          b"0\r\n\r\n"):
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(0.01)
+
+    async with raw_server(handle) as server:
+        transport = stream()
+        try:
+            answers = [await transport.fetch("GET", httpx.URL(f"{server.url}/q"), [], timeout=2.0) for _ in range(2)]
+        finally:
+            await transport.aclose()
+    assert ([a.content for a in answers], server.connections) == ([b"queue", b"queue"], 1)
+
+
+async def test_fetch_timeout_bounds_the_whole_call_not_each_read() -> None:
+    """A server that trickles its answer a byte at a time never lets a per-read timeout fire; fetch's does."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: RawServer) -> None:
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+        for _ in range(100):
+            await asyncio.sleep(0.05)
+            writer.write(b"x")
+            await writer.drain()
+
+    async with raw_server(handle) as server:
+        transport = stream()
+        started = asyncio.get_running_loop().time()
+        try:
+            with pytest.raises(httpx.ReadTimeout) as caught:
+                await transport.fetch("GET", httpx.URL(f"{server.url}/q?{SECRET_QUERY}"), [], timeout=0.3)
+        finally:
+            await transport.aclose()
+    assert asyncio.get_running_loop().time() - started < 1.0
+    assert "GET http://127.0.0.1" in secret_free(caught.value)
+
+
+async def test_fetch_times_out_connecting_and_waiting_for_a_slot_without_leaking_the_query() -> None:
+    transport = StreamTransport(max_connections=1)
+    try:
+        with full_backlog() as url, pytest.raises(httpx.ConnectTimeout) as connect:
+            await transport.fetch("GET", httpx.URL(f"{url}/q?{SECRET_QUERY}"), [], timeout=0.3)
+        async with raw_server(silent()) as server:
+            busy = asyncio.ensure_future(transport.fetch("GET", httpx.URL(f"{server.url}/slow"), [], timeout=5.0))
+            await asyncio.sleep(0.1)
+            with pytest.raises(httpx.PoolTimeout) as pool:
+                await transport.fetch("GET", httpx.URL(f"{server.url}/q?{SECRET_QUERY}"), [], timeout=0.2)
+            busy.cancel()
+            await asyncio.gather(busy, return_exceptions=True)
+    finally:
+        await transport.aclose()
+    secret_free(connect.value)
+    secret_free(pool.value)
+
+
+async def test_fetch_errors_name_no_query_and_carry_no_request() -> None:
+    transport = stream()
+    try:
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+            with pytest.raises(httpx.ConnectError) as refused:
+                await transport.fetch("GET", httpx.URL(f"http://127.0.0.1:{port}/q?{SECRET_QUERY}"), [], timeout=2.0)
+        with pytest.raises(httpx.LocalProtocolError) as injected:
+            await transport.fetch("GET", httpx.URL(f"http://127.0.0.1:{port}/q"),
+                                  [(b"Authorization", b"SharedKey a:TOPSECRET\r\nX-Evil: 1")], timeout=2.0)
+    finally:
+        await transport.aclose()
+    assert f"GET http://127.0.0.1:{port}/q" in secret_free(refused.value)
+    secret_free(injected.value)
+    with pytest.raises(RuntimeError):
+        _ = refused.value.request  # httpx's way of saying no request is attached
+
+
+async def test_fetch_resends_once_when_the_server_closed_the_reused_connection() -> None:
+    async with raw_server(close_on_second_request()) as server:
+        transport = stream()
+        url = httpx.URL(f"{server.url}/q")
+        try:
+            await transport.fetch("GET", url, [], timeout=2.0)
+            again = await transport.fetch("GET", url, [], timeout=2.0)
+        finally:
+            await transport.aclose()
+    assert (again.content, server.connections, len(server.requests)) == (b"fresh", 2, 3)
+
+
+async def test_a_cancelled_fetch_frees_its_slot_and_closes_its_connection() -> None:
+    hung_up: list[str] = []
+    handle = echo_path_late(hung_up)
+    async with raw_server(handle) as server:
+        transport = StreamTransport(max_connections=1)
+        try:
+            await transport.fetch("GET", httpx.URL(f"{server.url}/warm"), [], timeout=2.0)
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(transport.fetch("GET", httpx.URL(f"{server.url}/late"), [], timeout=2.0), 0.01)
+            await asyncio.sleep(0.1)
+            assert hung_up == ["GET /late HTTP/1.1"]
+            answer = await asyncio.wait_for(transport.fetch("GET", httpx.URL(f"{server.url}/next"), [], timeout=2.0),
+                                            1.0)  # the one slot is free again
+        finally:
+            await transport.aclose()
+    assert answer.content == b"/next"
+
+
+async def test_fetch_and_httpx_share_one_pool() -> None:
+    async with raw_server(ok(b"shared")) as server:
+        transport = stream()
+        async with httpx.AsyncClient(transport=transport) as http:
+            await http.get(f"{server.url}/q")
+            fetched = await transport.fetch("GET", httpx.URL(f"{server.url}/q"), [], timeout=2.0)
+            await http.get(f"{server.url}/q")
+    assert (fetched.content, server.connections) == (b"shared", 1)
+
+
+async def test_polling_client_routes_direct_only_where_no_proxy_applies(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,.blob.example")
+    async with polling_client(timeout=5.0) as http:
+        ours = http._transport
+        assert isinstance(ours, StreamTransport)
+        assert http.direct(httpx.URL("https://acct.queue.core.windows.net/q?comp=metadata")) is None
+        assert http.direct(httpx.URL("http://acct.queue.core.windows.net/q")) is None
+        assert http.direct(httpx.URL("http://127.0.0.1:10001/devstoreaccount1/q")) is ours
+        assert http.direct(httpx.URL("https://acct.blob.example/q")) is ours
+        assert http.direct(httpx.URL("https://acct.queue.core.windows.net/q")) is None  # cached, same answer
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name)
+    async with polling_client(timeout=5.0) as http:
+        assert http.direct(httpx.URL("https://acct.queue.core.windows.net/q")) is http._transport

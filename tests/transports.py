@@ -1,5 +1,5 @@
-"""Which transport the source tests' HTTP clients run on: httpx's default, the aiohttp one, or the asyncio one the
-operator uses.
+"""Which transport the source tests' HTTP clients run on: httpx's default, the aiohttp one, or the operator's own
+client (`polling_client`: httpx over the asyncio `StreamTransport`, whose `fetch` the Azure poller calls directly).
 
 A module opts in with `pytestmark = pytest.mark.usefixtures("http_transport")`: each of its tests then runs once
 per transport, and every client it builds with `http_client()` sits on that transport.
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from controller.sources.transport import AiohttpTransport, StreamTransport
+from controller.sources.transport import AiohttpTransport, polling_client
 
 __all__ = ["TRANSPORTS", "http_client", "http_transport"]
 
@@ -33,7 +33,7 @@ def http_client(*, max_connections: int = 100) -> httpx.AsyncClient:
     if _selection.transport == "aiohttp":
         return httpx.AsyncClient(transport=AiohttpTransport(max_connections=max_connections))
     if _selection.transport == "asyncio":
-        return httpx.AsyncClient(transport=StreamTransport(max_connections=max_connections))
+        return polling_client(timeout=5.0, max_connections=max_connections)  # as the operator builds it
     return httpx.AsyncClient(limits=httpx.Limits(max_connections=max_connections,
                                                  max_keepalive_connections=max_connections))
 

@@ -22,10 +22,11 @@ import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import httpx
 
+from controller import __version__
 from controller.policy import SourceError, SourceReading
 from controller.sources.azure_auth import (
     BearerToken,
@@ -42,6 +43,7 @@ from controller.sources.azure_auth import (
 )
 from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
 from controller.sources.retries import RetryPolicy
+from controller.sources.transport import PollingClient
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,7 @@ def parse(f: Fields, weight: float) -> AzureQueueSource:
 API_VERSION = "2025-11-05"  # pinned: Azurite 3.37 and Azure both know it; Bearer needs >= 2017-11-09
 PEEK_LIMIT = 32  # the most Peek Messages returns
 COUNT_HEADER = "x-ms-approximate-messages-count"
+USER_AGENT = f"queuescale/{__version__}"  # on the fast path, which sends no header of httpx's
 VISIBLE_UNKNOWN_NOTE = (
     f"visible count unknown: {PEEK_LIMIT} or more visible, used the approximate count "
     "(which also counts invisible messages)"
@@ -160,11 +163,24 @@ class _Access:
         return f": check the Secret '{self.secret.name}' key '{self.secret.key}'"
 
 
+class _Answer(Protocol):
+    """What the poller reads of an answer: an `httpx.Response`, or a `RawAnswer` from the fast path."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def content(self) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class _Outcome:
     """One call's result after retries: a response, or the error that ended it."""
 
-    response: httpx.Response | None
+    response: _Answer | None
     error: SourceError | None = None
     attempts: int = 1
 
@@ -385,26 +401,26 @@ class AzureQueuePoller:
                     return token
                 authorization = f"Bearer {token}"
                 timeout = max(0.001, timeout - (time.monotonic() - started))  # the exchange spent part of it
+            target_url = self._url(target)
+            http = self._context.http
+            direct = http.direct(target_url) if isinstance(http, PollingClient) else None
             headers = {"x-ms-date": format_http_date(self._wall_clock()), "x-ms-version": self._api_version}
-            if access.shared_key is not None:
+            if direct is not None:
+                headers["User-Agent"] = USER_AGENT
+            if access.shared_key is not None:  # signs what goes out: httpx adds only unsigned headers of its own
                 authorization = access.shared_key.authorization("GET", url, headers)
             if authorization:
                 headers["Authorization"] = authorization
-            # Never cancel a request inside httpx: a cancellation while httpcore waits for a pooled connection or
-            # connects leaves that connection CONNECTING for ever, and once the pool is full of them every later
-            # poll times out (seen under load: 1,000 rules, then no poll ever answered). On our deadline we stop
-            # waiting; the request itself ends by httpx's own timeout, in the background.
-            request = asyncio.ensure_future(self._context.http.get(self._url(target), headers=headers,
-                                                                   timeout=timeout))
             try:
-                async with asyncio.timeout(timeout):
-                    response = await asyncio.shield(request)
+                if direct is not None:
+                    # Cancelling StreamTransport is safe (it closes the interrupted connection and gives back its
+                    # slot), and fetch's timeout bounds the whole call: no shield and no timer of our own.
+                    wire = [(name.encode("ascii"), value.encode("ascii")) for name, value in headers.items()]
+                    response: _Answer = await direct.fetch("GET", target_url, wire, timeout=timeout)
+                else:
+                    response = await _through_httpx(http, target_url, headers, timeout)
             except (TimeoutError, httpx.TimeoutException):
-                request.add_done_callback(_retrieve)
                 return _failure("Timeout", f"no answer from {path} within {timeout:.1f}s")
-            except asyncio.CancelledError:
-                request.add_done_callback(_retrieve)
-                raise
             except httpx.TransportError as exc:
                 return _failure("ConnectionFailed", f"cannot connect to {access.endpoint} ({type(exc).__name__})")
             return self._classify(response, access, path)
@@ -446,7 +462,7 @@ class AzureQueuePoller:
             await asyncio.sleep(wait)
         return last or _failure("Timeout", "the poll's time budget was spent before any request")
 
-    def _classify(self, response: httpx.Response, access: _Access, path: str) -> _Outcome:
+    def _classify(self, response: _Answer, access: _Access, path: str) -> _Outcome:
         status = response.status_code
         if 200 <= status < 300:
             return _Outcome(response)
@@ -498,6 +514,24 @@ class AzureQueuePoller:
         return f"HTTP {status} ({code}) from {path}{detail}"
 
 
+async def _through_httpx(http: httpx.AsyncClient, url: httpx.URL, headers: dict[str, str],
+                         timeout: float) -> httpx.Response:
+    """A GET through httpx, waited for at most `timeout` seconds.
+
+    Never cancel a request inside httpx: a cancellation while httpcore waits for a pooled connection or connects
+    leaves that connection CONNECTING for ever, and once the pool is full of them every later poll times out (seen
+    under load: 1,000 rules, then no poll ever answered). On our deadline we stop waiting; the request itself ends
+    by httpx's own timeout, in the background.
+    """
+    request = asyncio.ensure_future(http.get(url, headers=headers, timeout=timeout))
+    try:
+        async with asyncio.timeout(timeout):
+            return await asyncio.shield(request)
+    except (TimeoutError, asyncio.CancelledError):
+        request.add_done_callback(_retrieve)
+        raise
+
+
 def _retrieve(request: asyncio.Future[httpx.Response]) -> None:
     """Mark an abandoned request's outcome as seen (no "exception was never retrieved" noise)."""
     if not request.cancelled():
@@ -533,7 +567,7 @@ def _count_peeked(body: bytes) -> int | None:
     return sum(1 for child in root if child.tag == "QueueMessage")
 
 
-def _error_details(response: httpx.Response) -> tuple[str, str]:
+def _error_details(response: _Answer) -> tuple[str, str]:
     """Azure's error code (header, or the XML body) and the first line of its message, scrubbed."""
     code = response.headers.get("x-ms-error-code", "")
     message = ""

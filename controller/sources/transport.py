@@ -13,6 +13,9 @@ What this transport promises, as httpx's own does:
 - the per-request timeouts (connect, read, pool) hold, and every failure is an `httpx.TransportError` subclass
   carrying the request, whose message never holds the URL's query string (a SAS lives there);
 - a cancelled request gives back its pool slot: cancellation never wedges the pool.
+
+`StreamTransport.fetch` keeps the same promises for the Azure poller's own calls without building httpx's request
+and response (its errors carry no request); `PollingClient.direct` says when a URL may take that way.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import httpx
 from httpx._utils import get_environment_proxies
 from yarl import URL
 
-__all__ = ["AiohttpTransport", "StreamTransport", "polling_client"]
+__all__ = ["AiohttpTransport", "PollingClient", "RawAnswer", "StreamTransport", "polling_client"]
 
 # aiohttp adds these when a request lacks them; httpx always sets the first three itself, and it sets
 # Content-Type only when the caller gave one. An added `Content-Type: application/octet-stream` would break a
@@ -51,6 +54,40 @@ class _Body(httpx.AsyncByteStream):
             yield self._body
 
 
+
+class _Call:
+    """One request as its errors name it (method, origin and path; the httpx request when there is one) and its
+    time limits: per phase (httpx's connect, read and pool timeouts), a deadline for the whole call (`fetch`), or
+    both, whichever comes first."""
+
+    __slots__ = ("connect_timeout", "deadline", "method", "pool_timeout", "read_timeout", "request", "url")
+
+    def __init__(self, method: str, url: httpx.URL, request: httpx.Request | None, deadline: float | None = None,
+                 *, connect: float | None = None, read: float | None = None, pool: float | None = None) -> None:
+        self.method = method
+        self.url = url
+        self.request = request
+        self.deadline = deadline  # loop time
+        self.connect_timeout = connect
+        self.read_timeout = read
+        self.pool_timeout = pool
+
+    @classmethod
+    def of(cls, request: httpx.Request, timeouts: dict[str, float | None]) -> _Call:
+        return cls(request.method, request.url, request, connect=timeouts.get("connect"),
+                   read=timeouts.get("read"), pool=timeouts.get("pool"))
+
+    def until(self, timeout: float | None) -> float | None:
+        """The loop time at which a wait that starts now, bounded by `timeout`, gives up (None: never)."""
+        if timeout is None:
+            return self.deadline
+        end = asyncio.get_running_loop().time() + timeout
+        return end if self.deadline is None or end < self.deadline else self.deadline
+
+    def where(self) -> str:
+        return _where(self.method, self.url)
+
+
 class _Slots:
     """The bound on requests in flight, which both transports keep themselves: a slot is given back by the
     request's own `finally`, whatever happened to it, so nothing can leak one and wedge the pool."""
@@ -59,18 +96,18 @@ class _Slots:
         self.limit = limit
         self._semaphore = asyncio.Semaphore(limit)
 
-    async def take(self, request: httpx.Request, pool_timeout: float | None) -> None:
-        """A slot, waiting at most `pool_timeout` for one (httpx.PoolTimeout)."""
+    async def take(self, call: _Call) -> None:
+        """A slot, waiting at most until the call's pool limit for one (httpx.PoolTimeout)."""
         if not self._semaphore.locked():
             await self._semaphore.acquire()
             return
         try:
-            async with asyncio.timeout(pool_timeout):
+            async with asyncio.timeout_at(call.until(call.pool_timeout)):
                 await self._semaphore.acquire()
         except TimeoutError:
             raise httpx.PoolTimeout(
-                f"no free connection within the pool timeout ({self.limit} in use) for {_where(request)}",
-                request=request,
+                f"no free connection within the pool timeout ({self.limit} in use) for {call.where()}",
+                request=call.request,
             ) from None
 
     def give_back(self) -> None:
@@ -138,7 +175,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if self._closed:
             raise RuntimeError("the transport is closed")
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        await self._slots.take(request, timeouts.get("pool"))
+        await self._slots.take(_Call.of(request, timeouts))
         try:
             return await self._send(request, self._timeout(timeouts))
         finally:
@@ -244,10 +281,10 @@ class _Connection(asyncio.Protocol):
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def more(self, timeout: float | None) -> None:
-        """Waits for more bytes or the end of the connection; TimeoutError after `timeout` seconds of silence."""
+    async def more(self, until: float | None) -> None:
+        """Waits for more bytes or the end of the connection; TimeoutError at loop time `until`."""
         waiter = self._waiter = self._loop.create_future()
-        timer = None if timeout is None else self._loop.call_later(timeout, _time_out, waiter)
+        timer = None if until is None else self._loop.call_at(until, _time_out, waiter)
         try:
             await waiter
         finally:
@@ -269,6 +306,25 @@ def _time_out(waiter: asyncio.Future[None]) -> None:
         waiter.set_exception(TimeoutError())
 
 
+class RawAnswer:
+    """An answer from `StreamTransport.fetch`: the status, the headers by lowercased name (repeated ones joined
+    with ", ", as `httpx.Headers.get` gives them) and the whole body, as sent (not decompressed)."""
+
+    __slots__ = ("content", "headers", "status_code")
+
+    def __init__(self, status_code: int, headers: dict[str, str], content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+    def __repr__(self) -> str:
+        return f"RawAnswer(status_code={self.status_code}, {len(self.content)} bytes)"
+
+
+# What `_read_response` gives back: HTTP version, status, reason phrase, headers as sent, body.
+_Reply = tuple[bytes, int, bytes, list[tuple[bytes, bytes]], bytes]
+
+
 class StreamTransport(httpx.AsyncBaseTransport):
     """Sends httpx requests over plain asyncio HTTP/1.1 keep-alive connections, pooled per origin.
 
@@ -278,7 +334,8 @@ class StreamTransport(httpx.AsyncBaseTransport):
     no redirects, no decompression, connect/read/pool timeouts, failures as secret-free `httpx.TransportError`s,
     cancellation closes the connection it interrupted and gives back the slot. `max_connections` bounds the
     requests in flight, and so the connections in use; a request that finds them all busy waits up to its pool
-    timeout (`httpx.PoolTimeout`).
+    timeout (`httpx.PoolTimeout`). `fetch` sends a body-less request over the same pool without httpx's request
+    and response objects, for the hottest calls (see its docstring).
     """
 
     def __init__(
@@ -300,46 +357,72 @@ class StreamTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if self._closed:
             raise RuntimeError("the transport is closed")
-        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
-        await self._slots.take(request, timeouts.get("pool"))
-        try:
-            return await self._send(request, timeouts)
-        finally:
-            self._slots.give_back()
+        call = _Call.of(request, request.extensions.get("timeout", {}))
+        version, status, reason, headers, body = await self._exchange(call, await _message(request))
+        return httpx.Response(status, headers=headers, stream=_Body(body), request=request,
+                              extensions={"http_version": version, "reason_phrase": reason})
 
-    async def _send(self, request: httpx.Request, timeouts: dict[str, float | None]) -> httpx.Response:
-        url = request.url
+    async def fetch(self, method: str, url: httpx.URL, headers: list[tuple[bytes, bytes]], *,
+                    timeout: float) -> RawAnswer:
+        """Sends a request with no body and exactly `headers` (plus Host, from the URL as httpx writes it), with
+        no httpx request or response built: a poll's cheapest way through this transport's pool.
+
+        `timeout` bounds the whole call (a wait for a slot, the connect, the answer and a retry on a fresh
+        connection), not each phase. Failures raise what `handle_async_request` raises, without a request
+        attached; a cancelled fetch closes its connection and gives back its slot.
+        """
+        if self._closed:
+            raise RuntimeError("the transport is closed")
+        call = _Call(method, url, None, asyncio.get_running_loop().time() + timeout)
+        parts = [method.encode("ascii"), b" ", url.raw_path, b" HTTP/1.1\r\nHost: ", url.netloc, b"\r\n"]
+        for header, text in headers:
+            if b"\n" in text or b"\r" in text:  # a header value must not end the header early
+                raise httpx.LocalProtocolError(f"a line break in the value of header {header!r} for {call.where()}")
+            parts += (header, b": ", text, b"\r\n")
+        parts.append(b"\r\n")
+        _, status, _, raw_headers, body = await self._exchange(call, b"".join(parts))
+        by_name: dict[str, str] = {}
+        for raw_name, raw_value in raw_headers:
+            name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+            by_name[name] = f"{by_name[name]}, {value}" if name in by_name else value
+        return RawAnswer(status, by_name, body)
+
+    async def _exchange(self, call: _Call, message: bytes) -> _Reply:
+        """Sends `message` on an idle connection to the call's origin (or a new one) within a slot, and reads the
+        answer; a reused connection that the server closed first is replaced once for an idempotent method."""
+        url = call.url
         scheme = url.scheme
         if scheme not in _DEFAULT_PORTS:
-            raise httpx.UnsupportedProtocol(f"unsupported scheme {scheme!r} for {_where(request)}", request=request)
-        host = url.raw_host.decode("ascii")
-        origin = (scheme, host, url.port or _DEFAULT_PORTS[scheme])
-        message = await _message(request)
-        read_timeout = timeouts.get("read")
-        connection = self._idle_connection(origin)
-        while True:
-            reused = connection is not None
-            if connection is None:
-                connection = await self._connect(origin, request, timeouts.get("connect"))
-            try:
-                assert connection.transport is not None
-                connection.transport.write(message)
-                answer, keep_alive = await _read_response(connection, request, read_timeout)
-            except _ServerClosed:
-                connection.close()
-                if reused and request.method in _IDEMPOTENT:
-                    connection = None  # once, on a fresh connection: `reused` is False next time round
-                    continue
-                raise _lost(connection, request, "no response") from None
-            except BaseException:  # a failure, a timeout or a cancellation: the connection is mid-exchange
-                connection.close()
-                raise
-            if keep_alive and not self._closed and not connection.at_eof and not connection.buffer:
-                connection.idle_since = asyncio.get_running_loop().time()
-                self._idle.setdefault(origin, []).append(connection)
-            else:
-                connection.close()
-            return answer
+            raise httpx.UnsupportedProtocol(f"unsupported scheme {scheme!r} for {call.where()}", request=call.request)
+        origin = (scheme, url.raw_host.decode("ascii"), url.port or _DEFAULT_PORTS[scheme])
+        await self._slots.take(call)
+        try:
+            connection = self._idle_connection(origin)
+            while True:
+                reused = connection is not None
+                if connection is None:
+                    connection = await self._connect(origin, call)
+                try:
+                    assert connection.transport is not None
+                    connection.transport.write(message)
+                    reply, keep_alive = await _read_response(connection, call)
+                except _ServerClosed:
+                    connection.close()
+                    if reused and call.method in _IDEMPOTENT:
+                        connection = None  # once, on a fresh connection: `reused` is False next time round
+                        continue
+                    raise _lost(connection, call, "no response") from None
+                except BaseException:  # a failure, a timeout or a cancellation: the connection is mid-exchange
+                    connection.close()
+                    raise
+                if keep_alive and not self._closed and not connection.at_eof and not connection.buffer:
+                    connection.idle_since = asyncio.get_running_loop().time()
+                    self._idle.setdefault(origin, []).append(connection)
+                else:
+                    connection.close()
+                return reply
+        finally:
+            self._slots.give_back()
 
     def _idle_connection(self, origin: tuple[str, str, int]) -> _Connection | None:
         now = asyncio.get_running_loop().time()
@@ -366,22 +449,21 @@ class StreamTransport(httpx.AsyncBaseTransport):
             else:
                 del self._idle[origin]
 
-    async def _connect(self, origin: tuple[str, str, int], request: httpx.Request,
-                       timeout: float | None) -> _Connection:
+    async def _connect(self, origin: tuple[str, str, int], call: _Call) -> _Connection:
         scheme, host, port = origin
         loop = asyncio.get_running_loop()
         connection = _Connection(loop)
         tls = self._ssl_context if scheme == "https" else None
         try:
-            async with asyncio.timeout(timeout):  # DNS, TCP and TLS handshakes, as httpx's connect timeout
+            async with asyncio.timeout_at(call.until(call.connect_timeout)):  # DNS, TCP and TLS, as httpx's
                 await loop.create_connection(lambda: connection, host, port, ssl=tls,
                                              server_hostname=host if tls is not None else None)
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"connect timed out for {_where(request)}", request=request) from None
+            raise httpx.ConnectTimeout(f"connect timed out for {call.where()}", request=call.request) from None
         except OSError as exc:  # refused, unreachable, DNS (gaierror), TLS verification (SSLError)
             reason = exc.strerror or str(exc) or type(exc).__name__
-            raise httpx.ConnectError(f"cannot connect for {_where(request)}: {reason} ({type(exc).__name__})",
-                                     request=request) from None
+            raise httpx.ConnectError(f"cannot connect for {call.where()}: {reason} ({type(exc).__name__})",
+                                     request=call.request) from None
         return connection
 
     async def aclose(self) -> None:
@@ -409,17 +491,16 @@ async def _message(request: httpx.Request) -> bytes:
     return b"".join(parts)
 
 
-async def _read_response(connection: _Connection, request: httpx.Request,
-                         timeout: float | None) -> tuple[httpx.Response, bool]:
+async def _read_response(connection: _Connection, call: _Call) -> tuple[_Reply, bool]:
     """The answer to the request just written, and whether the connection may carry another."""
     buffer = connection.buffer
     try:
         while True:  # skip interim 1xx answers (100 Continue, 103 Early Hints)
-            version, status, reason, headers = await _read_head(connection, request, timeout)
+            version, status, reason, headers = await _read_head(connection, call)
             if not 100 <= status < 200:
                 break
             if status == 101:
-                raise _protocol_error(request, "an unexpected protocol switch (101)")
+                raise _protocol_error(call, "an unexpected protocol switch (101)")
         connection_tokens = b""
         length: int | None = None
         chunked = False
@@ -429,121 +510,117 @@ async def _read_response(connection: _Connection, request: httpx.Request,
                 try:
                     length = int(value)
                 except ValueError:
-                    raise _protocol_error(request, "a malformed Content-Length") from None
+                    raise _protocol_error(call, "a malformed Content-Length") from None
                 if length < 0:
-                    raise _protocol_error(request, "a negative Content-Length")
+                    raise _protocol_error(call, "a negative Content-Length")
             elif lowered == b"transfer-encoding":
                 chunked = value.lower().endswith(b"chunked")
             elif lowered == b"connection":
                 connection_tokens += b"," + value.lower()
         keep_alive = version == b"HTTP/1.1" and b"close" not in connection_tokens
-        if request.method == "HEAD" or status in (204, 304):
+        if call.method == "HEAD" or status in (204, 304):
             body = b""
         elif chunked:
-            body = await _read_chunked(connection, request, timeout)
+            body = await _read_chunked(connection, call)
         elif length is not None:
             while len(buffer) < length:
                 if connection.at_eof:
-                    raise _lost(connection, request, "incomplete response body")
-                await connection.more(timeout)
+                    raise _lost(connection, call, "incomplete response body")
+                await connection.more(call.until(call.read_timeout))
             body = bytes(buffer[:length])
             del buffer[:length]
         else:  # no length: the body runs to the end of the connection
             while not connection.at_eof:
-                await connection.more(timeout)
+                await connection.more(call.until(call.read_timeout))
             if connection.lost is not None:
-                raise _lost(connection, request, "incomplete response body")
+                raise _lost(connection, call, "incomplete response body")
             body = bytes(buffer)
             buffer.clear()
             keep_alive = False
     except TimeoutError:
-        raise httpx.ReadTimeout(f"read timed out for {_where(request)}", request=request) from None
-    answer = httpx.Response(status, headers=headers, stream=_Body(body), request=request,
-                           extensions={"http_version": version, "reason_phrase": reason})
-    return answer, keep_alive
+        raise httpx.ReadTimeout(f"read timed out for {call.where()}", request=call.request) from None
+    return (version, status, reason, headers, body), keep_alive
 
 
-async def _read_head(connection: _Connection, request: httpx.Request,
-                     timeout: float | None) -> tuple[bytes, int, bytes, list[tuple[bytes, bytes]]]:
+async def _read_head(connection: _Connection, call: _Call) -> tuple[bytes, int, bytes, list[tuple[bytes, bytes]]]:
     buffer = connection.buffer
     while (end := buffer.find(b"\r\n\r\n")) < 0:
         if len(buffer) > _MAX_HEAD:
-            raise _protocol_error(request, "a response head over 64 KiB")
+            raise _protocol_error(call, "a response head over 64 KiB")
         if connection.at_eof:
             if not buffer:
                 raise _ServerClosed()
-            raise _lost(connection, request, "incomplete response head")
-        await connection.more(timeout)
+            raise _lost(connection, call, "incomplete response head")
+        await connection.more(call.until(call.read_timeout))
     head = bytes(buffer[:end])
     del buffer[:end + 4]
     status_line, *lines = head.split(b"\r\n")
     version, _, rest = status_line.partition(b" ")
     code, _, reason = rest.partition(b" ")
     if version not in (b"HTTP/1.1", b"HTTP/1.0") or len(code) != 3 or not code.isdigit():
-        raise _protocol_error(request, "a malformed status line")
+        raise _protocol_error(call, "a malformed status line")
     headers: list[tuple[bytes, bytes]] = []
     for line in lines:
         name, colon, value = line.partition(b":")
         if not colon or not name or name[-1:] in (b" ", b"\t") or line[:1] in (b" ", b"\t"):
-            raise _protocol_error(request, "a malformed header line")  # obsolete line folding included
+            raise _protocol_error(call, "a malformed header line")  # obsolete line folding included
         headers.append((name, value.strip(b" \t")))
     return version, int(code), reason, headers
 
 
-async def _read_chunked(connection: _Connection, request: httpx.Request, timeout: float | None) -> bytes:
+async def _read_chunked(connection: _Connection, call: _Call) -> bytes:
     buffer = connection.buffer
     body = bytearray()
     while True:
         while (line_end := buffer.find(b"\r\n")) < 0:
             if connection.at_eof:
-                raise _lost(connection, request, "incomplete chunked body")
-            await connection.more(timeout)
+                raise _lost(connection, call, "incomplete chunked body")
+            await connection.more(call.until(call.read_timeout))
         size_text = bytes(buffer[:line_end]).split(b";", 1)[0].strip()
         try:
             size = int(size_text, 16)
         except ValueError:
-            raise _protocol_error(request, "a malformed chunk size") from None
+            raise _protocol_error(call, "a malformed chunk size") from None
         if size == 0:  # the last chunk, optional trailer lines, then an empty line: "0\r\n[...\r\n]\r\n"
             while (end := buffer.find(b"\r\n\r\n", line_end)) < 0:
                 if connection.at_eof:
-                    raise _lost(connection, request, "incomplete chunked body")
-                await connection.more(timeout)
+                    raise _lost(connection, call, "incomplete chunked body")
+                await connection.more(call.until(call.read_timeout))
             del buffer[:end + 4]
             return bytes(body)
         start = line_end + 2
         while len(buffer) < start + size + 2:
             if connection.at_eof:
-                raise _lost(connection, request, "incomplete chunked body")
-            await connection.more(timeout)
+                raise _lost(connection, call, "incomplete chunked body")
+            await connection.more(call.until(call.read_timeout))
         if buffer[start + size:start + size + 2] != b"\r\n":
-            raise _protocol_error(request, "a chunk without its CRLF")
+            raise _protocol_error(call, "a chunk without its CRLF")
         body += buffer[start:start + size]
         del buffer[:start + size + 2]
 
 
-def _protocol_error(request: httpx.Request, what: str) -> httpx.RemoteProtocolError:
-    return httpx.RemoteProtocolError(f"malformed response for {_where(request)}: {what}", request=request)
+def _protocol_error(call: _Call, what: str) -> httpx.RemoteProtocolError:
+    return httpx.RemoteProtocolError(f"malformed response for {call.where()}: {what}", request=call.request)
 
 
-def _lost(connection: _Connection, request: httpx.Request, what: str) -> httpx.TransportError:
+def _lost(connection: _Connection, call: _Call, what: str) -> httpx.TransportError:
     """A connection that ended mid-answer: reset (ReadError) or closed cleanly too early (RemoteProtocolError)."""
     if isinstance(connection.lost, OSError):
         kind = type(connection.lost).__name__
         reason = connection.lost.strerror or kind
-        return httpx.ReadError(f"connection failed during {_where(request)}: {reason} ({kind})", request=request)
-    return httpx.RemoteProtocolError(f"server disconnected: {what} for {_where(request)}", request=request)
+        return httpx.ReadError(f"connection failed during {call.where()}: {reason} ({kind})", request=call.request)
+    return httpx.RemoteProtocolError(f"server disconnected: {what} for {call.where()}", request=call.request)
 
 
-def _where(request: httpx.Request) -> str:
+def _where(method: str, url: httpx.URL) -> str:
     """The request's method, origin and path: never the query string, where a SAS token or signature lives."""
-    url = request.url
     port = f":{url.port}" if url.port is not None else ""
-    return f"{request.method} {url.scheme}://{url.host}{port}{url.path}"
+    return f"{method} {url.scheme}://{url.host}{port}{url.path}"
 
 
 def _translate(exc: BaseException, request: httpx.Request) -> httpx.TransportError:
     """The httpx exception the default transport raises for the same failure, with a message free of secrets."""
-    where = _where(request)
+    where = _where(request.method, request.url)
     kind = type(exc).__name__
     if isinstance(exc, aiohttp.ConnectionTimeoutError):
         return httpx.ConnectTimeout(f"connect timed out for {where}", request=request)
@@ -566,7 +643,33 @@ def _translate(exc: BaseException, request: httpx.Request) -> httpx.TransportErr
     return httpx.TransportError(f"request failed for {where} ({kind})", request=request)
 
 
-def polling_client(*, timeout: float, max_connections: int = 200) -> httpx.AsyncClient:
+class PollingClient(httpx.AsyncClient):
+    """The operator's `httpx.AsyncClient` on `StreamTransport`, which can also tell a caller when a URL may skip
+    httpx and go straight to that transport's `fetch`."""
+
+    def __init__(self, *, transport: StreamTransport, mounts: dict[str, httpx.AsyncBaseTransport | None],
+                 timeout: float) -> None:
+        super().__init__(transport=transport, mounts=mounts, timeout=httpx.Timeout(timeout))
+        self._stream = transport
+        self._routes: dict[tuple[str, str, int | None], bool] = {}
+
+    def direct(self, url: httpx.URL) -> StreamTransport | None:
+        """The `StreamTransport` when httpx would send `url` through it; None when a proxy mount applies (the
+        caller then goes through httpx, so proxies keep working). A caller of `fetch` gets no client default
+        headers, cookies, auth or event hooks: it sends exactly what it gives."""
+        if not self._mounts:  # no proxy in the environment: every URL goes straight to the transport
+            return self._stream
+        origin = (url.scheme, url.host, url.port)  # mount patterns match scheme, host and port only
+        through_us = self._routes.get(origin)
+        if through_us is None:
+            through_us = self._transport_for_url(url) is self._stream
+            if len(self._routes) >= 1024:  # a handful of endpoints in practice
+                self._routes.clear()
+            self._routes[origin] = through_us
+        return self._stream if through_us else None
+
+
+def polling_client(*, timeout: float, max_connections: int = 200) -> PollingClient:
     """The shared HTTP client of the operator and of `queuescale check` / `record`: httpx over `StreamTransport`."""
     ssl_context = httpx.create_ssl_context()
     # httpx mounts proxy transports for HTTP(S)_PROXY / ALL_PROXY / NO_PROXY only when it builds its own transport
@@ -580,4 +683,4 @@ def polling_client(*, timeout: float, max_connections: int = 200) -> httpx.Async
         for pattern, proxy in get_environment_proxies().items()
     }
     transport = StreamTransport(max_connections=max_connections, ssl_context=ssl_context)
-    return httpx.AsyncClient(transport=transport, mounts=mounts, timeout=httpx.Timeout(timeout))
+    return PollingClient(transport=transport, mounts=mounts, timeout=timeout)
