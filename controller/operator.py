@@ -36,6 +36,7 @@ from controller.kube.writer import LatestWins
 from controller.metrics import Metrics
 from controller.policy import ScalingMemory
 from controller.reconciler import Clock, Reconciler, SystemClock, TickResult
+from controller.slots import Slots
 from controller.sources.base import Source, SourceContext, build_source
 from controller.sources.transport import polling_client
 from controller.spec import (
@@ -175,7 +176,7 @@ class Operator:
             self._write_submitted, concurrency=options.status_writers)
         self.metrics.leader.set(1 if self.leading else 0)
         self.metrics.rules.count = self.count_rules
-        self.tick_slots = asyncio.Semaphore(options.max_concurrent_ticks)
+        self.tick_slots = Slots(options.max_concurrent_ticks)
 
     # ---------------------------------------------------------------------------------------------- plumbing
 

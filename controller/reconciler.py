@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from controller.policy import Decision, Observation, ScaleEvent, ScalingMemory, SourceReading, decide
+from controller.slots import Slots
 from controller.sources.base import Source
 from controller.spec import QueueScaler
 from controller.targets.base import ScaleState, Target, TargetConflict, TargetError
@@ -198,7 +199,7 @@ class Reconciler:
             self.history.pop(0)
 
     async def run(
-        self, stop: asyncio.Event, *, first_delay: float = 0.0, slots: asyncio.Semaphore | None = None
+        self, stop: asyncio.Event, *, first_delay: float = 0.0, slots: Slots | None = None
     ) -> None:
         """Tick every polling interval until `stop` is set. A late tick starts at once; missed ones are skipped.
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from controller.policy import Reason, SourceReading
 from controller.reconciler import Reconciler, TickResult
+from controller.slots import Slots
 from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 from tests.policy_helpers import make_spec
@@ -294,7 +295,7 @@ class GatedSource(QueueSource):
 
 
 async def test_shared_slots_bound_the_ticks_in_progress_and_the_wait_counts_as_lateness() -> None:
-    gate, slots, stop = asyncio.Event(), asyncio.Semaphore(1), asyncio.Event()
+    gate, slots, stop = asyncio.Event(), Slots(1), asyncio.Event()
     polling: list[str] = []
     clocks = {name: VirtualClock() for name in "ab"}
     reporters = {name: Collect() for name in "ab"}
@@ -318,13 +319,13 @@ async def test_shared_slots_bound_the_ticks_in_progress_and_the_wait_counts_as_l
 
 
 async def test_a_rule_stopped_while_it_waits_for_a_slot_does_not_tick() -> None:
-    slots, stop = asyncio.Semaphore(1), asyncio.Event()
+    slots, stop = Slots(1), asyncio.Event()
     reporter = Collect()
     reconciler = Reconciler(rule(), [QueueSource([5])], MemoryTarget(), VirtualClock(), reporter)
-    await slots.acquire()  # every slot busy
+    await slots.take()  # every slot busy
     run = asyncio.create_task(reconciler.run(stop, slots=slots))
     await asyncio.sleep(0)
     stop.set()
-    slots.release()
+    slots.give_back()
     await asyncio.wait_for(run, timeout=5)
     assert reporter.results == []

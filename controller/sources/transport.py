@@ -29,6 +29,8 @@ import httpx
 from httpx._utils import get_environment_proxies
 from yarl import URL
 
+from controller.slots import Slots
+
 __all__ = ["AiohttpTransport", "PollingClient", "RawAnswer", "StreamTransport", "polling_client"]
 
 # aiohttp adds these when a request lacks them; httpx always sets the first three itself, and it sets
@@ -94,16 +96,16 @@ class _Slots:
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
-        self._semaphore = asyncio.Semaphore(limit)
+        self._slots = Slots(limit)
 
     async def take(self, call: _Call) -> None:
         """A slot, waiting at most until the call's pool limit for one (httpx.PoolTimeout)."""
-        if not self._semaphore.locked():
-            await self._semaphore.acquire()
+        if self._slots.free():
+            await self._slots.take()
             return
         try:
             async with asyncio.timeout_at(call.until(call.pool_timeout)):
-                await self._semaphore.acquire()
+                await self._slots.take()
         except TimeoutError:
             raise httpx.PoolTimeout(
                 f"no free connection within the pool timeout ({self.limit} in use) for {call.where()}",
@@ -111,7 +113,7 @@ class _Slots:
             ) from None
 
     def give_back(self) -> None:
-        self._semaphore.release()
+        self._slots.give_back()
 
 
 class AiohttpTransport(httpx.AsyncBaseTransport):
