@@ -225,6 +225,7 @@ class Figures:
     burst_s: float
     ticks: float
     api_kinds: dict[str, float]  # the operator's requests/s by method and resource
+    gc: dict[str, float]  # the operator's cores spent in the cyclic garbage collector, by generation
 
 
 class Run:
@@ -339,6 +340,9 @@ class Run:
             api_kinds={kind: round((count - api0.get(kind, 0)) / elapsed, 1) for kind, count in sorted(api1.items())
                        if count > api0.get(kind, 0)},
             fake_cpu=(fake1 - fake0) / elapsed, burst_s=burst, ticks=ticks,
+            gc={generation: round((after.get(f'queuescale_gc_pause_seconds_total{{generation="{generation}"}}', 0)
+                                   - before.get(f'queuescale_gc_pause_seconds_total{{generation="{generation}"}}', 0))
+                                  / elapsed, 3) for generation in "012"},
         )
 
 
@@ -422,6 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(results))
     for r in results:
         print(f"N={r.rules} operator API requests/s: " + ", ".join(f"{k} {v:g}" for k, v in r.api_kinds.items()))
+        print(f"N={r.rules} operator cores in the garbage collector by generation: "
+              + ", ".join(f"{k}: {v:g}" for k, v in r.gc.items()))
     return 0
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import platform
+import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
@@ -59,6 +61,8 @@ class Metrics:
         )
         self.rules = RuleStates()
         r.register(self.rules)
+        self.gc = GcPauses()
+        r.register(self.gc)
         self.leader = Gauge("queuescale_leader", "1 while this replica is the leader (or runs alone)", registry=r)
         self.api_errors = Counter(
             "queuescale_kubernetes_api_errors", "Failed Kubernetes API calls by operation and HTTP status",
@@ -110,4 +114,40 @@ class RuleStates(Collector):
         )
         for state, rules in self.count().items():
             family.add_metric([state], rules)
+        yield family
+
+
+class GcPauses(Collector):
+    """`queuescale_gc_pause_seconds_total{generation}`: time spent in Python's cyclic garbage collector, which
+    stops the event loop while it runs. Summed in plain floats by a `gc.callbacks` hook and read when scraped
+    (the hook may run inside any allocation, even one made while a metric's lock is held, so it takes no lock)."""
+
+    name = "queuescale_gc_pause_seconds"
+    labelnames = ("generation",)
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def install(self) -> None:
+        if self._hook not in gc.callbacks:
+            gc.callbacks.append(self._hook)
+
+    def uninstall(self) -> None:
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._hook)
+
+    def _hook(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        family = CounterMetricFamily(
+            self.name, "Time spent in the cyclic garbage collector by generation (2: full collections)",
+            labels=list(self.labelnames),
+        )
+        for generation, seconds in enumerate(self.seconds):
+            family.add_metric([str(generation)], seconds)
         yield family

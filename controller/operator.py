@@ -563,6 +563,7 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
     api = KubeApi(configuration, user_agent=f"queuescale/{__version__} ({identity})")
     http = polling_client(timeout=options.http_timeout, max_connections=200)
     operator = Operator(api, http, options)
+    operator.metrics.gc.install()
     heartbeat = {"time": loop.time()}
 
     def healthz() -> tuple[int, str, bytes]:
@@ -619,5 +620,6 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
             await server.stop()
         await http.aclose()
         await api.close()
+        operator.metrics.gc.uninstall()
     log.info("stopped")
     return 0

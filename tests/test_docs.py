@@ -13,7 +13,7 @@ import yaml
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-from controller.metrics import Metrics, RuleStates
+from controller.metrics import GcPauses, Metrics, RuleStates
 from controller.policy import Reason
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,6 +111,9 @@ def exported() -> dict[str, tuple[str, set[str]]]:
     for family in vars(metrics).values():
         if isinstance(family, RuleStates):  # counted when scraped
             found[family.name] = ("gauge", set(family.labelnames))
+            continue
+        if isinstance(family, GcPauses):  # summed by a gc hook, read when scraped
+            found[f"{family.name}_total"] = ("counter", set(family.labelnames))
             continue
         if not isinstance(family, MetricWrapperBase):
             continue

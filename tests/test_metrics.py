@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 from controller.metrics import Metrics
 
 
@@ -32,3 +34,21 @@ def test_the_same_labels_give_the_same_series() -> None:
     metrics.forget_rule("shop", "orders")
     metrics.forget_rule("shop", "orders")  # twice, or a rule that never reported: nothing to do
     assert metrics.of_rule(metrics.rule_count, "shop", "orders") is not first
+
+
+def test_gc_pauses_are_summed_by_generation_and_read_when_scraped() -> None:
+    metrics = Metrics()
+    metrics.gc.install()
+    try:
+        gc.collect(0)
+        gc.collect(2)
+    finally:
+        metrics.gc.uninstall()
+    assert metrics.gc._hook not in gc.callbacks
+    full = metrics.registry.get_sample_value("queuescale_gc_pause_seconds_total", {"generation": "2"})
+    young = metrics.registry.get_sample_value("queuescale_gc_pause_seconds_total", {"generation": "0"})
+    assert full is not None and full > 0
+    assert young is not None and young > 0
+    before = full
+    gc.collect(2)  # uninstalled: no longer counted
+    assert metrics.registry.get_sample_value("queuescale_gc_pause_seconds_total", {"generation": "2"}) == before
