@@ -95,6 +95,8 @@ class _Slots:
     request's own `finally`, whatever happened to it, so nothing can leak one and wedge the pool."""
 
     def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"max_connections must be at least 1, not {limit}")
         self.limit = limit
         self._slots = Slots(limit)
 
@@ -133,8 +135,6 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry: float = KEEPALIVE_SECONDS,
     ) -> None:
-        if max_connections < 1:
-            raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         self._max_connections_per_host = max_connections_per_host
         self._ssl_context = ssl_context if ssl_context is not None else httpx.create_ssl_context()
         self._keepalive_expiry = keepalive_expiry
@@ -347,8 +347,6 @@ class StreamTransport(httpx.AsyncBaseTransport):
         ssl_context: ssl.SSLContext | None = None,
         keepalive_expiry: float = KEEPALIVE_SECONDS,
     ) -> None:
-        if max_connections < 1:
-            raise ValueError(f"max_connections must be at least 1, not {max_connections}")
         self._ssl_context = ssl_context if ssl_context is not None else httpx.create_ssl_context()
         self._keepalive_expiry = keepalive_expiry
         self._slots = _Slots(max_connections)
