@@ -221,6 +221,29 @@ def test_the_estimator_gives_upstreams_own_numbers(name: str, schema: Any, rule:
         assert estimate_rule(rule, declared, CURRENT) == expected, (name, max_elements)
 
 
+# cel-go checker/cost_test.go TestCost (v0.26.0; the first two also in v0.17.7): expressions on literals alone.
+CEL_GO_COSTS = [
+    ("all comprehension on literal", "[1, 2, 3].all(x, true)", 20),
+    (".filter list literal", "[1,2,3,4,5].filter(x, x % 2 == 0)", 101),
+    ("variable cost function with constant", "'123'.matches('[0-9]')", 2),
+    ("lt", "1 < 2", 1),
+]
+
+
+@pytest.mark.parametrize(("name", "rule", "expected"), CEL_GO_COSTS, ids=[case[0] for case in CEL_GO_COSTS])
+def test_the_estimator_gives_cel_gos_own_numbers(name: str, rule: str, expected: int) -> None:
+    for estimator in ESTIMATORS:
+        assert estimate_rule(rule, _decl({"type": "object"}, estimator), estimator) == expected, name
+
+
+def test_has_costs_only_its_operand_except_on_1_29_0() -> None:
+    # cel-go TestCost "select: field test only" (2) and "... no has() cost" (1, PresenceTestHasCost(false)), which
+    # Kubernetes sets for new rules from 1.29.1 (apiserver pkg/cel/environment/base.go).
+    declared = {e.versions: _decl({"type": "object", "properties": {"a": {"type": "integer"}}}, e) for e in ESTIMATORS}
+    assert {v: estimate_rule("has(self.a)", d, BY_VERSION[v]) for v, d in declared.items()} == {
+        "1.29.0": 2, "1.29.1-1.33": 1, "1.34+": 1}
+
+
 def test_the_loops_of_a_nested_all_multiply_as_upstream_says() -> None:
     # TestCostEstimation "O(n^2) loop with numbers": over the limit without maxItems, 352 with 10.
     rule = "self.all(x, self.all(y, true))"
