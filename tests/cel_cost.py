@@ -379,6 +379,8 @@ def _convert(tree: Tree[Token]) -> Expr:
         return _literal(first)
     if kind == "list_lit":
         return ListLiteral(_args(first if isinstance(first, Tree) else None))
+    if kind == "member_index" and isinstance(first, Tree) and isinstance(children[1], Tree):
+        return Call("_[_]", None, [_convert(first), _convert(children[1])])
     if kind == "member_dot" and isinstance(first, Tree):
         return Select(_convert(first), str(children[1]), test_only=False)
     if kind == "member_dot_arg" and isinstance(first, Tree):
@@ -581,7 +583,11 @@ class _Coster:
         arg_costs = [self.cost(arg) for arg in e.args]
         target_cost = self.cost(e.target) if e.target is not None else 0
         call_cost, result = self._function(e, _add(*arg_costs), arg_costs)
-        self._record(e, result)
+        path = None
+        if e.function == "_[_]":  # costCall tracks the field path of an index into a list or a map
+            element = "@items" if self.type_of(e.args[0]).kind == "list" else "@values"
+            path = (*self.paths.get(id(e.args[0]), ()), element)
+        self._record(e, result, path)
         return _add(target_cost, call_cost)
 
     def _kinds(self, e: Call) -> list[str]:
@@ -624,6 +630,11 @@ class _Coster:
             if all(k in ("int", "uint", "double", "duration", "timestamp") for k in kinds):
                 return one, self.type_of(args[0])
             raise NotModelled(f"{name} on {kinds}")
+        if name == "_[_]":
+            container = self.type_of(args[0])
+            if container.kind not in ("list", "map") or container.elem is None:
+                raise NotModelled(f"indexing a {container.kind}")
+            return one, container.elem
         if name == "size" and len(args) + (e.target is not None) == 1:
             return one, _INT
         if name in ("matches", "contains", "startsWith", "endsWith") and e.target is not None and len(args) == 1:
