@@ -379,6 +379,17 @@ def test_apply_without_a_field_manager_is_refused_as_kube_apiserver_does(api: cl
                                               "be specified for non-apply patch")
 
 
+def test_an_applied_configuration_of_another_kind_or_with_managed_fields_is_refused(apps: client.AppsV1Api) -> None:
+    """managedfields internal/versioncheck.go and structuredmerge.go Apply: 400 BadRequest."""
+    wrong = {**deployment(), "apiVersion": "apps/v1beta2"}
+    code, status = refused(apply_deployment, apps, wrong, "ci")
+    assert (code, status["message"]) == (400, "invalid object type: apps/v1beta2, Kind=Deployment")
+    owned = deployment()
+    owned["metadata"]["managedFields"] = [{"manager": "me", "operation": "Apply"}]
+    code, status = refused(apply_deployment, apps, owned, "ci")
+    assert (code, status["message"]) == (400, "metadata.managedFields must be nil")
+
+
 def test_every_write_records_its_manager_as_an_update_as_kube_apiserver_does(
         api: client.ApiClient, apps: client.AppsV1Api) -> None:
     """managedFieldsUpdater.Update: a write's manager (fieldManager, else the User-Agent up to its first "/")

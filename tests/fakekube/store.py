@@ -301,8 +301,11 @@ class Store:
             if not isinstance(config, dict):
                 raise bad_request("the applied configuration must be an object")
             if config.get("kind") != rt.kind or config.get("apiVersion") != rt.api_version:
-                raise bad_request(f"the applied configuration must have apiVersion {rt.api_version!r} and kind "
-                                  f"{rt.kind!r}")
+                # versioncheck.go: the applied object must be exactly this group, version and kind.
+                group, _, version = str(config.get("apiVersion") or "").rpartition("/")
+                raise bad_request(f"invalid object type: {group}/{version}, Kind={config.get('kind') or ''}")
+            if (config.get("metadata") or {}).get("managedFields") is not None:
+                raise bad_request("metadata.managedFields must be nil")  # structuredmerge.go Apply
             self._check_identity(rt, namespace, name, {**config, "metadata": config.get("metadata") or {}})
             live = self.objects[rt.key].get((namespace, name))
             if subresource not in ("", "status") or (live is None and subresource):
