@@ -160,25 +160,32 @@ def schema_errors(value: Any, schema: dict[str, Any], path: str = "") -> list[Fi
             return [FieldError(TYPE_INVALID, path or "<nil>", "null",
                                f'{where} in body must be of type {declared}: "null"')]
         return []
+    # SchemaValidator runs, in this order, the validators that apply to the value's kind: type, schema props
+    # (anyOf), string, number, slice, common (enum, whatever the type), object.
     actual = _json_type(value)
     declared = schema.get("type")
     if declared and not _type_ok(str(declared), actual, value):
-        return [FieldError(TYPE_INVALID, path or "<nil>", actual,
-                           f'{where} in body must be of type {declared}: "{actual}"')]
+        found.append(FieldError(TYPE_INVALID, path or "<nil>", actual,
+                                f'{where} in body must be of type {declared}: "{actual}"'))
+        return found + _enum_errors(value, schema, path)
     found += _any_of(value, schema, path)
     if isinstance(value, str):
         found += _string_errors(value, schema, path)
-    if "enum" in schema and value not in schema["enum"]:
-        allowed = [v if isinstance(v, str) else json.dumps(v) for v in schema["enum"]]
-        found.append(FieldError(NOT_SUPPORTED, path, value,
-                                "supported values: " + ", ".join(json.dumps(v) for v in allowed)))
-    if isinstance(value, list):
-        found += _array_errors(value, schema, path)
-    elif isinstance(value, dict):
-        found += _object_errors(value, schema, path)
     elif actual in ("integer", "number"):
         found += _number_errors(value, schema, path)
+    elif isinstance(value, list):
+        found += _array_errors(value, schema, path)
+    found += _enum_errors(value, schema, path)
+    if isinstance(value, dict):
+        found += _object_errors(value, schema, path)
     return found
+
+
+def _enum_errors(value: Any, schema: dict[str, Any], path: str) -> list[FieldError]:
+    if "enum" not in schema or value in schema["enum"]:
+        return []
+    allowed = [v if isinstance(v, str) else json.dumps(v) for v in schema["enum"]]
+    return [FieldError(NOT_SUPPORTED, path, value, "supported values: " + ", ".join(json.dumps(v) for v in allowed))]
 
 
 def _any_of(value: Any, schema: dict[str, Any], path: str) -> list[FieldError]:
