@@ -503,6 +503,11 @@ CASES: list[tuple[str, Any, list[tuple[str, str, str]]]] = [
     ("type", _set("spec.maxReplicas", "ten"), [
         ("FieldValueTypeInvalid", "spec.maxReplicas",
          'Invalid value: "string": spec.maxReplicas in body must be of type integer: "string"')]),
+    ("type-and-enum", _set("spec.sources.0.type", 5), [
+        ("FieldValueTypeInvalid", "spec.sources[0].type",
+         'Invalid value: "integer": spec.sources[0].type in body must be of type string: "integer"'),
+        ("FieldValueNotSupported", "spec.sources[0].type",
+         'Unsupported value: 5: supported values: "azure-queue", "redis-list", "sql-table", "rabbitmq", "aws-sqs"')]),
     ("maxLength", _set("spec.scaleTargetRef.name", "w" * 254), [
         ("FieldValueTooLong", "spec.scaleTargetRef.name", "Too long: may not be more than 253 bytes")]),
     ("pattern", _set("spec.scaleTargetRef.name", "Bad_Name"), [
