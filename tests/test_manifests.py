@@ -701,7 +701,8 @@ async def test_operator_scales_targets_through_the_scale_subresource_only(instal
 
 def test_operator_reads_a_named_secret_but_cannot_list_secrets(operator_api: client.ApiClient) -> None:
     core = client.CoreV1Api(operator_api)
-    assert core.read_namespaced_secret("orders-queue", "shop").data is None  # stringData is the fake's as given
+    secret = core.read_namespaced_secret("orders-queue", "shop")
+    assert (secret.string_data, list(secret.data)) == (None, ["connection-string"])  # stringData is merged
     forbidden(core.list_namespaced_secret, "shop")
     forbidden(core.list_secret_for_all_namespaces)
     forbidden(core.patch_namespaced_secret, "orders-queue", "shop", {"metadata": {"labels": {"a": "b"}}})
