@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -293,7 +294,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a shell reports for a process ended by SIGPIPE (128 + 13), as `yes | head -1` leaves in PIPESTATUS.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `queuescale` command; returns the exit code."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # inside the try: a reader that went away shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader closed the pipe early (`queuescale simulate --list | head -1`): that is not an error to
+        # report. Point stdout at devnull so Python's own flush at exit does not fail again (the recipe of the
+        # Python docs, "Note on SIGPIPE"), and exit as a shell expects of a process the pipe ended.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
