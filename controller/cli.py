@@ -266,10 +266,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(commands)
     _add_demo(commands)
     convert = commands.add_parser(
-        "convert-keda", help="turn a KEDA ScaledObject (azure-queue triggers) into a QueueScaler",
-        description="Print the QueueScaler equivalent to each ScaledObject in the file; TriggerAuthentications and "
-        "Deployments in the same file are used to find the connection Secret. Whatever cannot be carried over is "
-        "a warning on stderr, one line each.",
+        "convert-keda", help="turn KEDA ScaledObjects into QueueScalers",
+        description="Print the QueueScaler equivalent to each ScaledObject in the file (azure-queue, rabbitmq, "
+        "redis, postgresql and aws-sqs-queue triggers); TriggerAuthentications and Deployments in the same file are "
+        "used to find the Secrets. Whatever cannot be carried over is a warning on stderr, one line each; an object "
+        "that cannot be converted is an error (the others still are) and the exit code is 1.",
     )
     convert.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml")
     convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here instead of stdout")
