@@ -1,13 +1,18 @@
-"""What every `queuescale` command does as a Unix command: output piped into a reader that stops early."""
+"""What every `queuescale` command does as a Unix command: output piped into a reader that stops early, a help
+line and a default for every option, exit 2 for a usage error."""
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from controller.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,3 +52,73 @@ def test_help_into_a_closed_pipe_is_quiet(args: list[str]) -> None:
     done = run_into_a_closed_pipe(*args)
     assert done.returncode in (0, 141)
     assert done.stderr == ""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# --help: every argument says what it is, and every option that takes a value says its default
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _help_problems(name: str, parser: argparse.ArgumentParser) -> list[str]:
+    problems = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction | argparse._VersionAction | argparse._SubParsersAction):
+            continue
+        flag = "/".join(action.option_strings) or action.metavar or action.dest
+        text = (action.help or "") % {"default": action.default} if action.help else ""
+        if not re.sub(r"\(?\bdefault\b[^)]*\)?", "", text).strip(" ;,()"):
+            problems.append(f"{name} {flag}: no help line")
+        takes_value = action.option_strings and action.nargs != 0
+        if takes_value and not action.required and not re.search(r"\bdefault\b|\brequired\b", text):
+            problems.append(f"{name} {flag}: the help does not show the default ({action.default!r})")
+    return problems
+
+
+def test_every_argument_of_every_command_has_a_help_line_and_its_default() -> None:
+    parser = build_parser()
+    commands = _subparsers(parser)
+    assert set(commands) >= {"validate", "check", "simulate", "run", "demo", "convert-keda", "record"}
+    problems = [p for name, sub in commands.items() for p in _help_problems(name, sub)]
+    assert problems == []
+
+
+def test_the_help_walker_finds_a_flag_without_help_or_default() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--metrics-port", type=int, default=8080)
+    parser.add_argument("--lease-name", default="x", help="the Lease's name")
+    assert _help_problems("run", parser) == [
+        "run --metrics-port: no help line",
+        "run --metrics-port: the help does not show the default (8080)",
+        "run --lease-name: the help does not show the default ('x')",
+    ]
+
+
+def test_run_help_shows_the_defaults_of_the_lease_ports_and_log_format() -> None:
+    done = subprocess.run([sys.executable, "-m", "controller", "run", "--help"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0
+    entries: dict[str, str] = {}  # "--flag METAVAR" -> its help, joined over argparse's wrapped lines
+    for line in done.stdout.splitlines():
+        if line.startswith("  -"):
+            flag, _, text = line.strip().partition("  ")
+            entries[flag] = text
+            last = flag
+        elif line.startswith("    ") and entries:
+            entries[last] += " " + line.strip()
+    for flag in ("--lease-duration T", "--metrics-port PORT", "--health-port PORT", "--log-format {text,json}"):
+        assert "default" in entries[flag], entries[flag]
+
+
+def test_simulate_without_a_scenario_is_a_usage_error() -> None:
+    done = subprocess.run([sys.executable, "-m", "controller", "simulate"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "give --scenario NAME|FILE" in done.stderr and done.stderr.startswith("usage: ")
