@@ -45,6 +45,12 @@ def test_a_reader_that_stops_early_ends_the_command_quietly_as_sigpipe_does(args
     assert "Exception ignored" not in done.stderr
 
 
+def test_the_demo_into_a_closed_pipe_ends_quietly_and_starts_nothing_it_leaves(tmp_path: Path) -> None:
+    done = run_into_a_closed_pipe("demo", "--out", str(tmp_path / "demo"), "--no-live")
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""  # not "demo: failed: BrokenPipeError"
+
+
 @pytest.mark.parametrize("args", [["--help"], ["simulate", "--help"], ["run", "--help"]])
 def test_help_into_a_closed_pipe_is_quiet(args: list[str]) -> None:
     # argparse itself ignores an OSError while printing help (Lib/argparse.py, ArgumentParser._print_message)

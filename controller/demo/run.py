@@ -537,6 +537,8 @@ def run(options: DemoOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
     except SpecError as exc:  # the demo's own rule, from bad options
         print(f"demo: the demo rule is not valid: {exc}", file=err)
         return 2
+    except BrokenPipeError:
+        raise  # the reader of our output went away (`| head`): the command line ends quietly; clean-up still runs
     except Exception as exc:  # e.g. Azurite died under us; everything started is still stopped below
         first_line = (str(exc).splitlines() or [""])[0]
         print(f"demo: failed: {type(exc).__name__}: {scrub(first_line)[:300]}", file=err)
