@@ -21,11 +21,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 import controller.sources  # noqa: F401  (registers the queue kinds)
 from controller import __version__
-from controller.httpserve import HttpServer
+from controller.httpserve import HttpServer, metrics_app, probe_app
 from controller.kube.api import KubeApi, KubeError, core_path, load_configuration, rules_path
 from controller.kube.events import EventRecorder, ObjectRef
 from controller.kube.lease import LeaderElector
@@ -572,24 +571,21 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
     operator.metrics.gc.install()
     heartbeat = {"time": loop.time()}
 
-    def healthz() -> tuple[int, str, bytes]:
+    def healthz() -> tuple[int, bytes]:
         alive = loop.time() - heartbeat["time"] < 30
-        return (200, "text/plain", b"ok\n") if alive else (503, "text/plain", b"event loop stalled\n")
+        return (200, b"ok\n") if alive else (503, b"event loop stalled\n")
 
-    def readyz() -> tuple[int, str, bytes]:
-        return (200, "text/plain", b"ok\n") if operator.ready.is_set() else (503, "text/plain", b"not synced\n")
-
-    def metrics() -> tuple[int, str, bytes]:
-        return 200, CONTENT_TYPE_LATEST, generate_latest(operator.metrics.registry)
+    def readyz() -> tuple[int, bytes]:
+        return (200, b"ok\n") if operator.ready.is_set() else (503, b"not synced\n")
 
     servers = []
     tasks: list[asyncio.Task[Any]] = []
     elector: LeaderElector | None = None
     try:
         servers.append(await HttpServer(options.bind_address, options.health_port,
-                                        {"/healthz": healthz, "/readyz": readyz}).start())
-        servers.append(await HttpServer(options.bind_address, options.metrics_port, {"/metrics": metrics},
-                                        threaded={"/metrics"}).start())
+                                        probe_app({"/healthz": healthz, "/readyz": readyz})).start())
+        servers.append(await HttpServer(options.bind_address, options.metrics_port,
+                                        metrics_app(operator.metrics.registry)).start())
         log.info("health on %s:%d, metrics on %s:%d", options.bind_address, servers[0].port, options.bind_address,
                  servers[1].port)
 
