@@ -610,7 +610,9 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
         scopes: list[str | None] = list(options.namespaces) or [None]
         for scope in scopes:
             watcher = RuleWatcher(api, operator, namespace=scope, selector=options.selector,
-                                  watch_timeout=options.watch_timeout)
+                                  watch_timeout=options.watch_timeout,
+                                  on_error=lambda reason: operator.metrics.watch_errors.labels(
+                                      resource="queuescalers", reason=reason).inc())
             tasks.append(asyncio.create_task(watcher.run(), name=f"watch {scope or 'all'}"))
         if options.leader_elect:
             elector = LeaderElector(

@@ -16,7 +16,18 @@ from kubernetes import client as kube_client
 
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
-from tests.operator_harness import Operator, replicas, setup_rule, wait_for
+from tests.operator_harness import (
+    NS,
+    Operator,
+    custom,
+    deployment,
+    make_queue,
+    queue_name,
+    replicas,
+    secret,
+    setup_rule,
+    wait_for,
+)
 
 # ---------------------------------------------------------------------------------------------- graceful stop
 
@@ -66,3 +77,93 @@ def test_a_graceful_stop_with_scrapers_holding_keep_alive_connections_is_quiet(
     assert " ERROR " not in log and "Traceback" not in log and "CancelledError" not in log, log[-3000:]
     for connection in scraper_connections:  # the server closed each of them on its way out
         assert connection.recv(65536) == b""
+
+
+# ---------------------------------------------------------------------------------------------- rules going away
+
+
+def rule_with_annotations(api: kube_client.ApiClient, name: str, queue: str, annotations: dict[str, str]) -> None:
+    """A rule as tests.operator_harness.rule makes it, with annotations."""
+    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", {
+        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": {"scaleTargetRef": {"name": name}, "minReplicas": 0, "maxReplicas": 20, "pollingInterval": "1s",
+                 "sources": [{"type": "azure-queue", "queueName": queue,
+                              "connectionSecretRef": {"name": f"{name}-queue", "key": "connection"}}],
+                 "policy": {"targetPerReplica": 10}},
+    })
+
+
+def held(kube: FakeKube, names: dict[str, int], seconds: float) -> None:
+    """The Deployments keep these replicas for `seconds`, sampled every 50 ms."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        assert {name: replicas(kube, name) for name in names} == names
+        time.sleep(0.05)
+
+
+def test_a_deleted_crd_stops_every_rule_and_a_big_rule_arrives_through_the_watch(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator],
+) -> None:
+    """A rule created while the operator runs, with a 200 KiB annotation (a watch line longer than aiohttp's
+    default line limit), is read and scales. Then the CRD is deleted: every rule stops within a polling interval
+    and a back-off, however long the queues grow."""
+    small = setup_rule(api, azurite, "small", messages=15)
+    operator = operators()
+    wait_for("small at 2 replicas", lambda: replicas(kube, "small") == 2)
+    queue = queue_name()
+    big_queue = make_queue(azurite, queue, 25)
+    deployment(api, "big", 0)
+    secret(api, "big-queue", {"connection": azurite.connection_string})
+    rule_with_annotations(api, "big", queue, {"kubectl.kubernetes.io/last-applied-configuration": "x" * 200 * 1024})
+    wait_for("big at 3 replicas", lambda: replicas(kube, "big") == 3)
+    assert "queuescale_watch_errors_total{" not in operator.metrics()
+
+    deleted = time.monotonic()
+    kube_client.ApiextensionsV1Api(api).delete_custom_resource_definition("queuescalers.queuescale.io")
+    # The real server deletes the objects first (DELETED events) and ends the kind's watches when it tears its
+    # storage down; today's fake does neither, so end the watches as it would: the operator's next watch and list
+    # then answer 404.
+    kube.drop_watches()
+    wait_for("both rules stopped", lambda: operator.log_path.read_text().count("deleted: stopped") == 2, timeout=10)
+    assert time.monotonic() - deleted < 1.0 + 2.0  # a polling interval (1 s), slack for a loaded machine
+    for i in range(100):
+        small.send_message(f"s{i}")
+        big_queue.send_message(f"b{i}")
+    held(kube, {"small": 2, "big": 3}, 3.0)
+    metrics = operator.metrics()
+    assert 'queuescale_watch_errors_total{reason="NotFound",resource="queuescalers"}' in metrics
+    assert 'rule="small"' not in metrics and 'rule="big"' not in metrics  # their series went with them
+    assert "QueueScalers are not served in all namespaces" in operator.log_path.read_text()
+    assert operator.stop() == 0
+
+
+def test_rules_of_a_deleted_namespace_stop_by_event_and_after_a_missed_event_by_the_relist(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator],
+) -> None:
+    """Deleting a namespace deletes its objects first, each with a DELETED event (kubernetes
+    pkg/controller/namespace/deletion/namespaced_resources_deleter.go, deleteAllContent). One rule goes by its
+    event; the other while the operator's watch is down and the history compacted, so it goes by the relist."""
+    first = setup_rule(api, azurite, "first", messages=15)
+    second = setup_rule(api, azurite, "second", messages=15)
+    operator = operators("--namespace", NS)
+    wait_for("both at 2 replicas", lambda: replicas(kube, "first") == 2 and replicas(kube, "second") == 2)
+
+    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "first")
+    wait_for("first stopped by its event", lambda: "rule shop/first deleted: stopped" in operator.log_path.read_text())
+
+    kube.add_fault(path=r"watch=", method="GET", latency=2.0, times=None)  # the watch is down for a while
+    kube.drop_watches()
+    time.sleep(0.3)
+    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "second")
+    # Today's fake keeps a deleted namespace's objects; the namespace controller deletes them (above) first.
+    kube_client.CoreV1Api(api).delete_namespace(NS)
+    kube.compact()
+    wait_for("second stopped by the relist", lambda: "rule shop/second deleted: stopped"
+             in operator.log_path.read_text(), timeout=10)
+    kube.clear_faults()
+    for i in range(100):
+        first.send_message(f"f{i}")
+        second.send_message(f"s{i}")
+    held(kube, {"first": 2, "second": 2}, 2.5)
+    assert operator.stop() == 0
