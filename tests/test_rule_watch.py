@@ -20,7 +20,7 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 
-from controller.kube.api import KubeApi, load_configuration
+from controller.kube.api import KubeApi, KubeError, load_configuration
 from controller.kube.rules import RuleWatcher
 from tests.fakekube import FakeKube
 from tests.operator_harness import ROOT
@@ -305,3 +305,17 @@ async def test_a_failing_handler_does_not_kill_the_watch(
     assert running.errors == ["ValueError"]
     assert "failed unexpectedly (ValueError: Line is too long); relisting in" in caplog.text
     assert running.alive()
+
+
+async def test_an_event_whose_handling_failed_is_sent_again_by_the_next_watch(
+    api: kube_client.ApiClient, watching: Callable[..., Watching],
+) -> None:
+    """The version to watch from moves past an event only once it was handled: a handler that could not reach
+    the API server (KubeError 0, watched again from the same version) gets the same event again, not the next."""
+    running = watching()
+    await until("the first sync", lambda: running.handler.calls["sync"] == 1)
+    running.handler.fail_next_upsert = KubeError(0, "Unreachable", "no answer from the API server")
+    create(api, rule("a"))
+    await until("a, through the watch started again", lambda: "shop/a" in running.rules)
+    assert running.errors == ["Unreachable"]
+    assert running.handler.calls["sync"] == 1 and running.handler.calls["upsert"] == 2

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import random
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -167,7 +167,7 @@ class KubeApi:
 
     async def watch(
         self, path: str, *, resource_version: str, timeout_seconds: int = 300, query: Mapping[str, str] | None = None
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Watch events after `resource_version` until the server ends the stream. An expired version arrives as
         an ERROR event whose object is a Status with code 410. No answer: KubeError 0 `Unreachable`; a stream that
         breaks off: KubeError 0 `Disconnected`; an event over `max_watch_event` bytes: WatchEventTooLarge."""
