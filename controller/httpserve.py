@@ -73,9 +73,9 @@ def metrics_app(registry: CollectorRegistry, path: str = "/metrics") -> web.Appl
     async def handle(request: web.Request) -> web.Response:
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         body = await asyncio.to_thread(encoder, registry)
-        response = web.Response(body=body, headers={"Content-Type": content_type})
-        if len(body) > 1024:
-            response.enable_compression()  # aiohttp compresses bodies this size in a worker thread too
+        # Compressed, when the scraper accepts gzip, in a worker thread too (zlib_executor_size=0: whatever the size).
+        response = web.Response(body=body, headers={"Content-Type": content_type}, zlib_executor_size=0)
+        response.enable_compression()
         return response
 
     app = web.Application()
