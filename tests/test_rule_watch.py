@@ -90,6 +90,15 @@ def delete(api: kube_client.ApiClient, name: str) -> None:
     custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", name)
 
 
+def not_served(api: kube_client.ApiClient) -> bool:
+    """Whether listing QueueScalers answers 404, as it does once their CRD is gone."""
+    try:
+        custom(api).list_cluster_custom_object("queuescale.io", "v1alpha1", "queuescalers")
+    except kube_client.ApiException as error:
+        return bool(error.status == 404)
+    return False
+
+
 async def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -204,6 +213,7 @@ async def test_a_kind_no_longer_served_404_means_no_rules_as_after_a_crd_deletio
     running = watching()
     await until("two rules", lambda: len(running.rules) == 2)
     kube_client.ApiextensionsV1Api(api).delete_custom_resource_definition(CRD["metadata"]["name"])
+    await until("the kind no longer served", lambda: not_served(api))
     # Today's fake neither deletes the objects of a deleted CRD nor ends its open watches; the real server ends them
     # when it tears the kind's storage down (crdHandler.tearDown): drop them as it would.
     fake_kube.drop_watches()
