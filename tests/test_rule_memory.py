@@ -170,7 +170,8 @@ async def test_deleted_rules_are_freed_by_reference_counting_even_after_the_heap
     # No collection at all from here on: whatever is freed is freed by reference counting alone.
     gc.disable()
     await churn(fake_kube, api, operator, tracked, queue, [f"churned-{i}" for i in range(CHURNED)])
-    await asyncio.sleep(0.2)  # the status writers let go of the last item they wrote
+    # A status write in flight for a rule just deleted holds it until the write is answered.
+    await until("the deleted rules freed", lambda: tracked.alive()["state"] == KEPT, timeout=5)
     assert tracked.alive() == {"state": KEPT, "reconciler": KEPT, "reporter": KEPT}
     assert cyclic_garbage() == collections.Counter(), "deleted rules left cycles for the collector"
 
@@ -178,8 +179,8 @@ async def test_deleted_rules_are_freed_by_reference_counting_even_after_the_heap
     for i in range(2):
         rules_api(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", f"kept-{i}")
     await until("two kept rules to be dropped", lambda: len(operator.rules) == KEPT - 2)
-    await asyncio.sleep(0.2)
     gc.collect()  # collects nothing frozen: only reference counting can have freed them
+    await until("the deleted rules freed", lambda: tracked.alive()["state"] == KEPT - 2, timeout=5)
     assert tracked.alive() == {"state": KEPT - 2, "reconciler": KEPT - 2, "reporter": KEPT - 2}
 
 
@@ -191,7 +192,7 @@ async def test_without_a_freeze_deleted_rules_need_no_collection_either(
     gc.collect()
     gc.disable()
     await churn(fake_kube, api, operator, tracked, queue, [f"churned-{i}" for i in range(CHURNED)])
-    await asyncio.sleep(0.2)
+    await until("the deleted rules freed", lambda: tracked.alive()["state"] == KEPT, timeout=5)
     assert tracked.alive() == {"state": KEPT, "reconciler": KEPT, "reporter": KEPT}
     assert sum(isinstance(o, RuleState) for o in gc.get_objects()) == KEPT == len(operator.rules)
     assert cyclic_garbage() == collections.Counter(), "deleted rules left cycles for the collector"
