@@ -23,7 +23,10 @@ class RuleHandler(Protocol):
 
 
 class RuleWatcher:
-    """Keeps a handler in step with the QueueScalers of one scope (all namespaces, or one)."""
+    """Keeps a handler in step with the QueueScalers of one scope (all namespaces, or one).
+
+    `path` watches another kind the same way (the HorizontalPodAutoscalers of the scope, say): the handler then
+    gets those objects."""
 
     def __init__(
         self,
@@ -34,8 +37,10 @@ class RuleWatcher:
         selector: str | None = None,
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
+        path: str | None = None,
     ) -> None:
         self.api = api
+        self.path = path or rules_path(namespace)
         self.handler = handler
         self.namespace = namespace
         self.selector = selector
@@ -50,7 +55,7 @@ class RuleWatcher:
     async def run(self) -> None:
         """Runs until cancelled."""
         backoff = 0.5
-        path = rules_path(self.namespace)
+        path = self.path
         while True:
             try:
                 listing = await self.api.request_with_retries("GET", path, query=self._query())
