@@ -8,6 +8,7 @@ was sent" is a fact about the wire, not about the operator's own account of itse
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import copy
 import json
@@ -22,6 +23,9 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 
+from controller.kube.ownership import HpaIndex, Ownership, TargetClaims, TargetKey
+from controller.kube.secrets import ALLOWED_RULES_ANNOTATION, SecretCache
+from controller.sources.base import SecretUnavailable
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
 from tests.operator_harness import (
@@ -370,20 +374,31 @@ def test_the_schema_refuses_a_bad_secret_access_or_namespace(tmp_path: Path) -> 
         assert result.returncode != 0 and field in result.stderr
 
 
-def test_an_operator_with_namespaced_secret_rbac_reads_only_where_it_is_granted(
-    kube: FakeKube, tmp_path: Path, management_api: ManagementApi, api: kube_client.ApiClient,
-    operators: Callable[..., Operator],
-) -> None:
-    """The shipped RBAC with the cluster-wide Secret rule swapped for the optional namespaced Role: the operator,
-    as its ServiceAccount, reads the Secret in `shop` and gets 403 (SecretForbidden) in `billing`."""
+def install_rbac(kube: FakeKube, drop: str) -> None:
+    """manifests/operator.yaml (but its Deployment) and rbac.yaml, with the ClusterRole's rules on `drop` removed."""
     for name in ("operator.yaml", "rbac.yaml"):
         for doc in yaml.safe_load_all((ROOT / "manifests" / name).read_text()):
             if doc["kind"] == "Deployment":
                 continue
             if doc["kind"] == "ClusterRole":
                 doc = copy.deepcopy(doc)
-                doc["rules"] = [r for r in doc["rules"] if "secrets" not in r["resources"]]
+                doc["rules"] = [r for r in doc["rules"] if drop not in r["resources"]]
             kube.create(doc)
+
+
+def start_as_service_account(kube: FakeKube, tmp_path: Path, *extra: str) -> Operator:
+    account_config = kube.write_kubeconfig(tmp_path / "operator-kubeconfig", "queuescale-system",
+                                           service_account=("queuescale-system", "queuescale-operator"))
+    return Operator(account_config, tmp_path / "operator-rbac.log", *extra).start()
+
+
+def test_an_operator_with_namespaced_secret_rbac_reads_only_where_it_is_granted(
+    kube: FakeKube, tmp_path: Path, management_api: ManagementApi, api: kube_client.ApiClient,
+    operators: Callable[..., Operator],
+) -> None:
+    """The shipped RBAC with the cluster-wide Secret rule swapped for the optional namespaced Role: the operator,
+    as its ServiceAccount, reads the Secret in `shop` and gets 403 (SecretForbidden) in `billing`."""
+    install_rbac(kube, drop="secrets")
     for doc in yaml.safe_load_all((ROOT / "manifests" / "optional" / "rbac-secrets-namespaced.yaml").read_text()):
         kube.create(doc)
     secret(api, "shop-rabbit", {"password": "p"})
@@ -402,9 +417,7 @@ def test_an_operator_with_namespaced_secret_rbac_reads_only_where_it_is_granted(
         "spec": {"scaleTargetRef": {"name": "ungranted"}, "maxReplicas": 3, "pollingInterval": "1s",
                  "sources": [{"type": "rabbitmq", "queue": "ungranted", "managementURL": management_api.url,
                               "passwordSecretRef": {"name": "billing-rabbit", "key": "password"}}]}})
-    account_config = kube.write_kubeconfig(tmp_path / "operator-kubeconfig", "queuescale-system",
-                                           service_account=("queuescale-system", "queuescale-operator"))
-    operator = Operator(account_config, tmp_path / "operator-rbac.log").start()
+    operator = start_as_service_account(kube, tmp_path)
     try:
         wait_for("the granted rule Ready", lambda: ready(kube, "granted").get("status") == "True",
                  describe=lambda: str(ready(kube, "granted")))
@@ -416,3 +429,102 @@ def test_an_operator_with_namespaced_secret_rbac_reads_only_where_it_is_granted(
         assert management_api.to_queue("ungranted") == []
     finally:
         operator.stop()
+
+
+def test_without_rbac_on_hpas_the_check_is_skipped_and_said_once(
+    kube: FakeKube, tmp_path: Path, management_api: ManagementApi, api: kube_client.ApiClient,
+) -> None:
+    """A cluster that does not grant list/watch on HPAs: the API server answers 403 (as it does for any verb a
+    ServiceAccount's roles lack, k8s.io/apiserver pkg/endpoints/filters/authorization.go), the operator logs one
+    warning and scales as before."""
+    install_rbac(kube, drop="horizontalpodautoscalers")
+    secret(api, "rabbit", {"password": "p"})
+    rabbit_rule(api, "plain", management_api.url, "rabbit", "password")  # 7 messages, 10 a replica: 1 replica
+    hpa(api, "ignored", "plain")
+    operator = start_as_service_account(kube, tmp_path)
+    try:
+        wait_for("1 replica despite the HPA nobody may see", lambda: replicas(kube, "plain") == 1)
+        time.sleep(2)
+    finally:
+        operator.stop()
+    lines = [json.loads(line) for line in operator.log_path.read_text().splitlines() if line.startswith("{")]
+    skipped = [line["message"] for line in lines if "HPA conflict check off" in line["message"]]
+    assert len(skipped) == 1 and "may not list horizontalpodautoscalers (RBAC)" in skipped[0]
+
+
+# ---------------------------------------------------------------------------------------------- the parts alone
+
+
+def test_the_owner_is_the_oldest_claim_then_the_first_name() -> None:
+    claims = TargetClaims()
+    target = TargetKey.of("shop", "apps/v1", "Deployment", "w")
+
+    def obj(name: str, created: str | None) -> dict[str, Any]:
+        meta: dict[str, Any] = {"name": name}
+        if created is not None:
+            meta["creationTimestamp"] = created
+        return {"metadata": meta}
+
+    claims.claim("shop/undated", target, obj("undated", None))  # never from a real server: ranks last
+    claims.claim("shop/b", target, obj("b", "2026-01-01T00:00:05Z"))
+    claims.claim("shop/c", target, obj("c", "2026-01-01T00:00:05Z"))
+    claims.claim("shop/z", target, obj("z", "2026-01-01T00:00:01Z"))
+    owner = claims.owner(target)
+    assert owner is not None and owner.rule == "z"
+    claims.release("shop/z")
+    owner = claims.owner(target)
+    assert owner is not None and owner.rule == "b"  # same second: by name
+    # apps/v1beta2 names the same object as apps/v1: one target.
+    assert TargetKey.of("shop", "apps/v1beta2", "Deployment", "w") == target
+    assert TargetKey.of("shop", "v1", "ReplicationController", "w").group == ""
+
+
+async def test_a_relist_forgets_deleted_hpas_and_says_which_targets_changed() -> None:
+    changed: list[TargetKey] = []
+    index = HpaIndex(changed.append)
+    web = {"metadata": {"name": "web", "namespace": "shop"},
+           "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"}}}
+    await index.sync(None, [web])
+    target = TargetKey.of("shop", "apps/v1", "Deployment", "web")
+    assert index.on(target) == ["web"] and changed == [target]
+    await index.sync(None, [web])  # nothing new: nobody told
+    assert changed == [target]
+    await index.sync(None, [])
+    assert index.on(target) == [] and changed == [target, target]
+
+
+async def test_a_failing_hpa_list_holds_the_first_ticks_once_not_every_tick() -> None:
+    ownership = Ownership(hpa_wait=0.3)
+    ownership.hpas.expect(None)  # a list that never comes
+    started = time.monotonic()
+    await ownership.await_hpas()
+    await asyncio.gather(*(ownership.await_hpas() for _ in range(50)))
+    assert 0.25 <= time.monotonic() - started < 0.6
+
+
+async def test_the_secret_cache_checks_the_annotation_at_every_resolution() -> None:
+    annotations: dict[str, str] = {}
+
+    async def read(namespace: str, name: str) -> dict[str, Any]:
+        return {"metadata": {"annotations": dict(annotations)},
+                "data": {"password": base64.b64encode(b"s3cret-value").decode()}}
+
+    cache = SecretCache(read, ttl=0.0)
+    with pytest.raises(SecretUnavailable) as refused:
+        await cache.resolver("shop", "orders")("rabbit", "password")
+    assert refused.value.code == "SecretNotAllowed"
+    assert refused.value.message.endswith(
+        "kubectl annotate secret rabbit -n shop queuescale.io/allowed-rules=orders")
+    annotations[ALLOWED_RULES_ANNOTATION] = "billing, orders"
+    assert await cache.resolver("shop", "orders")("rabbit", "password") == "s3cret-value"
+    annotations[ALLOWED_RULES_ANNOTATION] = "billing"  # revoked: the next resolution refuses
+    with pytest.raises(SecretUnavailable) as revoked:
+        await cache.resolver("shop", "orders")("rabbit", "password")
+    assert "--overwrite queuescale.io/allowed-rules=billing,orders" in revoked.value.message
+    assert "s3cret-value" not in revoked.value.message
+    annotations[ALLOWED_RULES_ANNOTATION] = "*"
+    assert await cache.resolver("shop", "anyone")("rabbit", "password") == "s3cret-value"
+    annotations.clear()
+    assert await SecretCache(read, access="namespace").resolver("shop", "x")("rabbit", "password") == "s3cret-value"
+    with pytest.raises(ValueError, match="annotated, namespace"):
+        SecretCache(read, access="everyone")  # type: ignore[arg-type]

@@ -268,6 +268,7 @@ class Ownership:
         self.hpas = HpaIndex(self._changed)
         self.hpa_wait = hpa_wait
         self.forget: Callable[[str], None] = forget or _nothing
+        self._hpa_deadline: float | None = None
 
     def claim(self, rule_key: str, rule: QueueScaler, obj: dict[str, Any]) -> None:
         """`rule_key` is a valid rule scaling `rule`'s target; `obj` (its object) gives its creation time."""
@@ -290,6 +291,18 @@ class Ownership:
     def _changed(self, target: TargetKey) -> None:
         for rule_key in self.claims.on(target):
             self.forget(rule_key)
+
+    async def await_hpas(self) -> None:
+        """Just started: give the first HPA list a moment, so a first tick does not scale a target an HPA scales.
+        At most `hpa_wait` seconds from the first tick that waits, over all rules: an HPA list that keeps failing
+        must not hold every tick of every rule."""
+        loop = asyncio.get_running_loop()
+        if self._hpa_deadline is None:
+            self._hpa_deadline = loop.time() + self.hpa_wait
+        remaining = self._hpa_deadline - loop.time()
+        if remaining > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.hpas.settled.wait(), remaining)
 
     def conflict(self, rule_key: str, target: TargetKey, ref: ScaleTargetRef) -> TargetError | None:
         """Why `rule_key` may not scale `target`, or None when it may."""
@@ -332,11 +345,8 @@ class OwnedTarget:
         return self.inner.ref
 
     async def _check(self) -> None:
-        hpas = self.ownership.hpas
-        if not hpas.settled.is_set():
-            # Just started: give the HPA list a moment, so the first tick does not scale a target an HPA owns.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(hpas.settled.wait(), self.ownership.hpa_wait)
+        if not self.ownership.hpas.settled.is_set():
+            await self.ownership.await_hpas()
         error = self.ownership.conflict(self.rule_key, self.key, self.inner.ref)
         if error is not None:
             raise error
