@@ -204,9 +204,10 @@ class Operator:
         return self.leading and self.lease_valid()
 
     def _sources(self, rule: QueueScaler) -> list[Source]:
-        context = SourceContext(http=self.http, secrets=self.secrets.resolver(rule.namespace, rule.name),
-                                namespace=rule.namespace)
-        return [build_source(spec, context) for spec in rule.spec.sources]
+        # One resolver per source: a Secret may allow some source kinds only (queuescale.io/allowed-sources).
+        return [build_source(spec, SourceContext(
+            http=self.http, secrets=self.secrets.resolver(rule.namespace, rule.name, spec.type),
+            namespace=rule.namespace)) for spec in rule.spec.sources]
 
     # ---------------------------------------------------------------------------------------------- watch handler
 

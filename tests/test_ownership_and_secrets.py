@@ -24,7 +24,7 @@ import yaml
 from kubernetes import client as kube_client
 
 from controller.kube.ownership import HpaIndex, Ownership, TargetClaims, TargetKey
-from controller.kube.secrets import ALLOWED_RULES_ANNOTATION, SecretCache
+from controller.kube.secrets import ALLOWED_RULES_ANNOTATION, ALLOWED_SOURCES_ANNOTATION, SecretCache
 from controller.sources.base import SecretUnavailable
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
@@ -303,6 +303,37 @@ def test_a_secret_is_used_only_by_the_rules_its_annotation_names(
         assert value not in written and value not in logged and value not in operator.metrics()
 
 
+def test_a_secret_for_azure_queue_sources_is_never_sent_as_another_kinds_password(
+    azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator],
+    management_api: ManagementApi,
+) -> None:
+    """Allowing a rule is trusting whoever edits it: they could add a rabbitmq source to it and name the Azure
+    connection string as its password. The owner's queuescale.io/allowed-sources: azure-queue keeps the string
+    where docs/azure-queue.md says it goes (signed requests to the endpoint it names), rule allowed or not."""
+    connection = azurite.connection_string
+    kube_client.CoreV1Api(api).create_namespaced_secret(NS, {
+        "metadata": {"name": "orders-queue", "annotations": {"queuescale.io/allowed-rules": "orders-worker",
+                                                              "queuescale.io/allowed-sources": "azure-queue"}},
+        "data": {"connection": base64.b64encode(connection.encode()).decode()}})
+    queue = make_queue(azurite, queue_name(), 12)
+    deployment(api, "orders-worker", 0)
+    rule(api, "orders-worker", queue.queue_name, "orders-queue", sources=[
+        {"type": "azure-queue", "queueName": queue.queue_name,
+         "connectionSecretRef": {"name": "orders-queue", "key": "connection"}},
+        {"type": "rabbitmq", "queue": "orders-worker", "managementURL": management_api.url,
+         "passwordSecretRef": {"name": "orders-queue", "key": "connection"}}])
+    operator = operators()
+    refused = ready_with(kube, "orders-worker", "SecretNotAllowed")
+    assert "is for azure-queue sources only (annotation queuescale.io/allowed-sources), not rabbitmq" in (
+        refused["message"])
+    sources = wait_for("the azure-queue source's count", lambda: (s := status(kube, "orders-worker").get("sources"))
+                       and s[0].get("count") == 12 and s)
+    assert sources[1]["error"]["code"] == "SecretNotAllowed"
+    time.sleep(1.5)
+    assert management_api.requests == []
+    assert connection not in operator.log_path.read_text()
+
+
 def test_annotating_the_secret_lets_the_rule_use_it_without_a_restart(
     kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator], management_api: ManagementApi,
 ) -> None:
@@ -406,7 +437,7 @@ def test_an_operator_with_namespaced_secret_rbac_reads_only_where_it_is_granted(
     kube.ensure_namespace("billing")
     kube_client.CoreV1Api(api).create_namespaced_secret("billing", {
         "metadata": {"name": "billing-rabbit", "annotations": {"queuescale.io/allowed-rules": "*"}},
-        "stringData": {"password": "p"}})
+        "data": {"password": base64.b64encode(b"p").decode()}})
     kube_client.AppsV1Api(api).create_namespaced_deployment("billing", {
         "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "ungranted"},
         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "u"}},
@@ -524,7 +555,16 @@ async def test_the_secret_cache_checks_the_annotation_at_every_resolution() -> N
     assert "s3cret-value" not in revoked.value.message
     annotations[ALLOWED_RULES_ANNOTATION] = "*"
     assert await cache.resolver("shop", "anyone")("rabbit", "password") == "s3cret-value"
+    annotations[ALLOWED_SOURCES_ANNOTATION] = "redis-list , rabbitmq"  # and only for these kinds
+    assert await cache.resolver("shop", "anyone", "rabbitmq")("rabbit", "password") == "s3cret-value"
+    with pytest.raises(SecretUnavailable) as other_kind:
+        await cache.resolver("shop", "anyone", "sql-table")("rabbit", "password")
+    assert other_kind.value.message.endswith(
+        "--overwrite queuescale.io/allowed-sources=rabbitmq,redis-list,sql-table")
     annotations.clear()
     assert await SecretCache(read, access="namespace").resolver("shop", "x")("rabbit", "password") == "s3cret-value"
+    annotations[ALLOWED_SOURCES_ANNOTATION] = "azure-queue"  # the owner's word on kinds holds in namespace mode too
+    with pytest.raises(SecretUnavailable):
+        await SecretCache(read, access="namespace").resolver("shop", "x", "rabbitmq")("rabbit", "password")
     with pytest.raises(ValueError, match="annotated, namespace"):
         SecretCache(read, access="everyone")  # type: ignore[arg-type]

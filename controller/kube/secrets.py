@@ -6,6 +6,11 @@ Secret is used for a rule only when the Secret itself says so, in the annotation
 (rule names separated by commas, or `*`), which only someone who may change the Secret can write. The check is
 made on every resolution, against the copy cached for at most `ttl` seconds. `access="namespace"` restores the
 older behaviour (any rule may use any Secret of its namespace) for clusters that want it.
+
+A rule allowed to use a Secret can still name it in any field of any source kind: the Azure connection string
+its owner meant for an azure-queue source (which sends requests only to the endpoint the string names) could be
+sent as a rabbitmq password to any `managementURL`. So the owner may also say which source kinds may use it, in
+`queuescale.io/allowed-sources` (`azure-queue`, or several separated by commas); that holds in both modes.
 """
 
 from __future__ import annotations
@@ -25,31 +30,40 @@ SecretReader = Callable[[str, str], Awaitable[dict[str, Any]]]
 # An annotation, not a label: its value is a list (commas, `*`) and may be longer than a label's 63 characters,
 # and nothing needs to select Secrets by it (the operator reads Secrets by name, never lists them).
 ALLOWED_RULES_ANNOTATION = "queuescale.io/allowed-rules"
+ALLOWED_SOURCES_ANNOTATION = "queuescale.io/allowed-sources"
 SecretAccess = Literal["annotated", "namespace"]
 SECRET_ACCESS_MODES: tuple[SecretAccess, ...] = ("annotated", "namespace")
 
 
 class _Entry:
-    """One Secret as cached: when it was read, its data, and the rules its owner allows (None: no annotation)."""
+    """One Secret as cached: when it was read, its data, the rules and the source kinds its owner allows (None: no
+    such annotation)."""
 
-    __slots__ = ("allowed", "data", "read_at")
+    __slots__ = ("allowed", "data", "read_at", "sources")
 
-    def __init__(self, read_at: float, data: dict[str, Any], allowed: frozenset[str] | None) -> None:
+    def __init__(self, read_at: float, data: dict[str, Any], allowed: frozenset[str] | None,
+                 sources: frozenset[str] | None) -> None:
         self.read_at = read_at
         self.data = data
         self.allowed = allowed
+        self.sources = sources
 
     def __repr__(self) -> str:
-        return f"_Entry(keys={sorted(self.data)!r}, allowed={self.allowed!r})"
+        return f"_Entry(keys={sorted(self.data)!r}, allowed={self.allowed!r}, sources={self.sources!r})"
+
+
+def _listed(secret: dict[str, Any], annotation: str) -> frozenset[str] | None:
+    """The comma-separated names in one of a Secret's annotations; None when it has no such annotation."""
+    annotations = (secret.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(annotation) if isinstance(annotations, dict) else None
+    if not isinstance(value, str):
+        return None
+    return frozenset(name.strip() for name in value.split(",") if name.strip())
 
 
 def allowed_rules(secret: dict[str, Any]) -> frozenset[str] | None:
     """The rule names (or `*`) a Secret's annotation allows; None when it has no such annotation."""
-    annotations = (secret.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(ALLOWED_RULES_ANNOTATION) if isinstance(annotations, dict) else None
-    if not isinstance(value, str):
-        return None
-    return frozenset(name.strip() for name in value.split(",") if name.strip())
+    return _listed(secret, ALLOWED_RULES_ANNOTATION)
 
 
 def allow_command(namespace: str, secret: str, rule: str, allowed: frozenset[str] | None) -> str:
@@ -78,16 +92,18 @@ class SecretCache:
         self._inflight: dict[tuple[str, str], asyncio.Future[_Entry]] = {}
         self.reads = 0
 
-    def resolver(self, namespace: str, rule: str) -> SecretResolver:
-        """What rule `rule` of `namespace` may read: its namespace's Secrets that allow it."""
-        return _Resolver(self, namespace, rule)
+    def resolver(self, namespace: str, rule: str, source_type: str | None = None) -> SecretResolver:
+        """What rule `rule` of `namespace` may read, for a source of kind `source_type`: its namespace's Secrets
+        that allow it (and that kind)."""
+        return _Resolver(self, namespace, rule, source_type)
 
     def invalidate(self, namespace: str, name: str | None = None) -> None:
         for cached in [k for k in self._cache if k[0] == namespace and (name is None or k[1] == name)]:
             del self._cache[cached]
 
-    async def get(self, namespace: str, name: str, key: str, rule: str) -> str:
-        """The text of one key, for `rule`; raises SecretUnavailable (SecretNotAllowed, SecretNotFound, ...)."""
+    async def get(self, namespace: str, name: str, key: str, rule: str, source_type: str | None = None) -> str:
+        """The text of one key, for `rule` (a source of kind `source_type`); raises SecretUnavailable
+        (SecretNotAllowed, SecretNotFound, ...)."""
         entry = self._cache.get((namespace, name))
         if entry is None or self._now() - entry.read_at > self.ttl:
             entry = await self._fetch(namespace, name)
@@ -97,6 +113,15 @@ class SecretCache:
                 f"Secret '{name}' in namespace '{namespace}' does not allow rule '{rule}' to use it: its annotation "
                 f"{ALLOWED_RULES_ANNOTATION} must name the rule (or be \"*\"); whoever may change the Secret can "
                 f"allow it with: {allow_command(namespace, name, rule, entry.allowed)}",
+            )
+        if entry.sources is not None and source_type is not None and source_type not in entry.sources:
+            kinds = ",".join(sorted(entry.sources)) or "no"
+            raise SecretUnavailable(
+                "SecretNotAllowed",
+                f"Secret '{name}' in namespace '{namespace}' is for {kinds} sources only (annotation "
+                f"{ALLOWED_SOURCES_ANNOTATION}), not {source_type}: name another Secret, or, if its owner means it "
+                f"for {source_type} too: kubectl annotate secret {name} -n {namespace} --overwrite "
+                f"{ALLOWED_SOURCES_ANNOTATION}={','.join(sorted(entry.sources | {source_type}))}",
             )
         data = entry.data
         if key not in data or data[key] is None:
@@ -139,7 +164,8 @@ class SecretCache:
             raise _unavailable(exc, namespace, name) from None
         self.reads += 1
         data = secret.get("data") or {}
-        entry = _Entry(self._now(), data if isinstance(data, dict) else {}, allowed_rules(secret))
+        entry = _Entry(self._now(), data if isinstance(data, dict) else {}, allowed_rules(secret),
+                       _listed(secret, ALLOWED_SOURCES_ANNOTATION))
         self._cache[(namespace, name)] = entry
         return entry
 
@@ -157,18 +183,19 @@ def _unavailable(exc: Exception, namespace: str, name: str) -> SecretUnavailable
 
 
 class _Resolver:
-    """A rule's view of the cache: Secrets of its own namespace that allow it. (A class made once: one per rule
-    would cost a class object per rule, some 2 KB each.)"""
+    """A source's view of the cache: Secrets of its rule's namespace that allow the rule and the source's kind. (A
+    class made once: a closure per source would cost a class object each, some 2 KB.)"""
 
-    __slots__ = ("cache", "namespace", "rule")
+    __slots__ = ("cache", "namespace", "rule", "source_type")
 
-    def __init__(self, cache: SecretCache, namespace: str, rule: str) -> None:
+    def __init__(self, cache: SecretCache, namespace: str, rule: str, source_type: str | None) -> None:
         self.cache = cache
         self.namespace = namespace
         self.rule = rule
+        self.source_type = source_type
 
     async def __call__(self, name: str, key: str) -> str:
-        return await self.cache.get(self.namespace, name, key, self.rule)
+        return await self.cache.get(self.namespace, name, key, self.rule, self.source_type)
 
     def __repr__(self) -> str:
-        return f"SecretResolver(namespace={self.namespace!r}, rule={self.rule!r})"
+        return f"SecretResolver(namespace={self.namespace!r}, rule={self.rule!r}, source={self.source_type!r})"
