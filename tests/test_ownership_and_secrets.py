@@ -162,7 +162,8 @@ def test_the_oldest_rule_owns_a_shared_deployment_and_the_next_takes_over_when_i
     wait_for("the older rule's 5 replicas", lambda: replicas(kube, "shared") == 5)
     refused = ready_with(kube, "a-newer", "TargetConflict")
     assert refused["status"] == "False"
-    assert "Deployment 'shared' is already scaled by rule 'z-older'" in refused["message"]
+    assert "Deployment 'shared': already scaled by rule 'z-older' (the oldest rule on it, created " in (
+        refused["message"])
     assert ready(kube, "z-older")["status"] == "True"
     assert condition(kube, "a-newer", "Active")["reason"] == "TargetConflict"
     warning = wait_for("a TargetConflict event", lambda: [e for e in events(kube, "a-newer")
@@ -217,7 +218,7 @@ def test_an_hpa_on_the_target_stops_the_rule_as_keda_refuses_a_scaledobject(
 
     refused = ready_with(kube, "web", "HPAConflict")
     assert refused["status"] == "False"
-    assert "HorizontalPodAutoscaler 'web-cpu'" in refused["message"]
+    assert "Deployment 'web': already scaled by the HorizontalPodAutoscaler 'web-cpu'" in refused["message"]
     assert "kubectl delete hpa web-cpu -n shop" in refused["message"]
     warning = wait_for("an HPAConflict event", lambda: [e for e in events(kube, "web") if e["reason"] == "HPAConflict"])
     assert "'web-cpu'" in warning[0]["message"]

@@ -304,15 +304,16 @@ class Ownership:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.hpas.settled.wait(), remaining)
 
-    def conflict(self, rule_key: str, target: TargetKey, ref: ScaleTargetRef) -> TargetError | None:
-        """Why `rule_key` may not scale `target`, or None when it may."""
+    def conflict(self, rule_key: str, target: TargetKey) -> TargetError | None:
+        """Why `rule_key` may not scale `target`, or None when it may (the message follows the target's name in
+        the status and the event)."""
         hpas = self.hpas.on(target)
         if hpas:
             names = ", ".join(f"'{n}'" for n in hpas)
             return TargetError(
                 HPA_CONFLICT,
-                f"{ref.kind} '{ref.name}' is already scaled by the HorizontalPodAutoscaler {names}: two autoscalers "
-                f"on one target fight, so this rule does not scale it; delete the HPA "
+                f"already scaled by the HorizontalPodAutoscaler {names}: two autoscalers on one target fight, so "
+                f"this rule does not scale it; delete the HPA "
                 f"(kubectl delete hpa {hpas[0]} -n {target.namespace}) or point the rule at another target",
                 retryable=True)
         owner = self.claims.owner(target)
@@ -321,8 +322,8 @@ class Ownership:
         since = f", created {owner.created_text}" if owner.created_text else ""
         return TargetError(
             TARGET_CONFLICT,
-            f"{ref.kind} '{ref.name}' is already scaled by rule '{owner.rule}' (the oldest rule on it{since}): this "
-            "rule does not scale it until that rule is deleted or points elsewhere",
+            f"already scaled by rule '{owner.rule}' (the oldest rule on it{since}): this rule does not scale it "
+            "until that rule is deleted or points elsewhere",
             retryable=True)
 
     def guard(self, inner: Target, rule: QueueScaler) -> Target:
@@ -347,7 +348,7 @@ class OwnedTarget:
     async def _check(self) -> None:
         if not self.ownership.hpas.settled.is_set():
             await self.ownership.await_hpas()
-        error = self.ownership.conflict(self.rule_key, self.key, self.inner.ref)
+        error = self.ownership.conflict(self.rule_key, self.key)
         if error is not None:
             raise error
 
