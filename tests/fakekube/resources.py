@@ -56,6 +56,9 @@ STATEFULSETS = ResourceType("apps", "v1", "statefulsets", "StatefulSet", short_n
 REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",),
                            status_subresource=True, scale_subresource=True, generation=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+# Stored only (no autoscaling is done): the operator watches them to refuse a target an HPA also scales.
+HPAS = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", short_names=("hpa",),
+                    status_subresource=True)
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                     namespaced=False, short_names=("crd", "crds"), status_subresource=True, generation=True)
 # Served before any CRD is installed, so tests of the operator need not install one; installing the CRD from
@@ -64,8 +67,8 @@ QUEUESCALERS = ResourceType("queuescale.io", "v1alpha1", "queuescalers", "QueueS
                             status_subresource=True, generation=True, custom=True)
 
 BUILTIN: tuple[ResourceType, ...] = (
-    NAMESPACES, SECRETS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES, CRDS,
-    QUEUESCALERS,
+    NAMESPACES, SECRETS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES, HPAS,
+    CRDS, QUEUESCALERS,
 )
 
 
