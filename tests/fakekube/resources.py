@@ -27,6 +27,10 @@ class ResourceType:
     verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
     printer_columns: tuple[Obj, ...] = ()
     schema: Obj | None = field(default=None, compare=False)
+    # A CRD version's selectableFields (JSONPaths): field labels beyond metadata.name/namespace.
+    selectable_fields: tuple[str, ...] = ()
+    # The CRD (its metadata.uid) a custom kind is served for: a kind lives exactly as long as its CRD.
+    crd_uid: str = ""
 
     @property
     def api_version(self) -> str:
@@ -58,14 +62,12 @@ REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_name
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                     namespaced=False, short_names=("crd", "crds"), status_subresource=True, generation=True)
-# Served before any CRD is installed, so tests of the operator need not install one; installing the CRD from
-# manifests/crd.yaml replaces this with the CRD's own schema and printer columns.
-QUEUESCALERS = ResourceType("queuescale.io", "v1alpha1", "queuescalers", "QueueScaler", short_names=("qs",),
-                            status_subresource=True, generation=True, custom=True)
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", short_names=("cm",))
 
+# No custom kind is served until its CustomResourceDefinition is created, as in a real cluster.
 BUILTIN: tuple[ResourceType, ...] = (
-    NAMESPACES, SECRETS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES, CRDS,
-    QUEUESCALERS,
+    NAMESPACES, SECRETS, CONFIGMAPS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES,
+    CRDS,
 )
 
 
@@ -91,5 +93,7 @@ def from_crd(crd: Obj) -> list[ResourceType]:
             custom=True,
             printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+            selectable_fields=tuple(str(f.get("jsonPath", "")) for f in version.get("selectableFields") or ()),
+            crd_uid=str((crd.get("metadata") or {}).get("uid", "")),
         ))
     return types

@@ -25,9 +25,9 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import printer, rbac
+from tests.fakekube import printer, rbac, table
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
-from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector
+from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector, selectable_fields
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
 
 TOKEN = "fake-token"
@@ -290,7 +290,7 @@ class FakeKube:
 
     def watch(self, handler: _Handler, route: _Route, params: dict[str, str]) -> None:
         rt = route.rt
-        match = _matcher(params)
+        match = _matcher(params, rt)
         timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
         deadline = time.monotonic() + timeout if timeout is not None else None
         bookmarks = _parse_bool(params.get("allowWatchBookmarks"))
@@ -353,6 +353,10 @@ class FakeKube:
                     cursor = store.revision
                     if to_send:
                         break
+                    if not _still_served(store, rt):
+                        # Its CRD is gone: the real server closes the watch once the DELETED events are out.
+                        handler.end_chunked()
+                        return
                     if bookmarks and now >= next_bookmark:
                         to_send.append({"type": "BOOKMARK", "object": {
                             "kind": rt.kind, "apiVersion": rt.api_version,
@@ -396,10 +400,16 @@ def _filtered(event: WatchEvent, in_scope: Callable[[Obj | None], bool], rt: Res
     return {"type": kind, "object": shown}
 
 
-def _matcher(params: dict[str, str]) -> Callable[[Obj], bool]:
+def _still_served(store: Store, rt: ResourceType) -> bool:
+    served = store.lookup(rt.group, rt.version, rt.plural)
+    return served is not None and served.crd_uid == rt.crd_uid
+
+
+def _matcher(params: dict[str, str], rt: ResourceType) -> Callable[[Obj], bool]:
     try:
         labels = parse_label_selector(params.get("labelSelector", ""))
-        fields = parse_field_selector(params.get("fieldSelector", ""))
+        fields = parse_field_selector(params.get("fieldSelector", ""),
+                                      selectable_fields(rt.group, rt.plural, rt.selectable_fields))
     except SelectorError as error:
         raise bad_request(str(error)) from error
 
@@ -632,15 +642,15 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts and parts[0] == "apis" and len(parts) == 2:
             groups = [g for g in _group_list(store)["groups"] if g["name"] == parts[1]]
             if not groups:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise no_such_resource()
             self.send_json(200, {"kind": "APIGroup", "apiVersion": "v1", **groups[0]})
             return
         else:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         if not rest:
             resources = _resource_list(store, group, version)
             if resources is None:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise no_such_resource()
             self.send_json(200, resources)
             return
         route = _route(store, group, version, rest)
@@ -653,7 +663,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if _parse_bool(params.get("watch")):
                     fake.watch(self, route, params)
                     return
-                items, revision = store.list(rt, route.namespace if rt.namespaced else None, _matcher(params))
+                items, revision = store.list(rt, route.namespace if rt.namespaced else None, _matcher(params, rt))
+                if self._send_table(rt, items, str(revision), params):
+                    return
                 if not rt.custom:
                     for item in items:  # built-in lists carry kind and apiVersion once, on the list
                         item.pop("kind", None)
@@ -675,7 +687,7 @@ class _Handler(BaseHTTPRequestHandler):
         name = route.name
         if route.subresource == "scale":
             if not rt.scale_subresource:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise no_such_resource()
             if method == "GET":
                 self.send_json(200, store.get_scale(rt, namespace, name))
             elif method == "PUT":
@@ -690,9 +702,11 @@ class _Handler(BaseHTTPRequestHandler):
                                "resource")
             return
         if route.subresource not in ("", "status") or (route.subresource == "status" and not rt.status_subresource):
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         if method == "GET":
-            self.send_json(200, store.get(rt, namespace, name))
+            found = store.get(rt, namespace, name)
+            if route.subresource or not self._send_table(rt, [found], "", params):
+                self.send_json(200, found)
         elif method == "PUT":
             body = self._decode(raw_body)
             if not isinstance(body, dict):
@@ -705,8 +719,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif method == "DELETE" and not route.subresource:
             options = self._decode(raw_body) if raw_body else {}
             precondition = ((options or {}).get("preconditions") or {}).get("resourceVersion")
-            deleted = store.delete(rt, namespace, name, precondition)
-            if rt.custom:
+            propagation = (options or {}).get("propagationPolicy") or params.get("propagationPolicy")
+            deleted = store.delete(rt, namespace, name, precondition, propagation=propagation)
+            if rt.custom or rt.key == NAMESPACES.key:  # a namespace is answered as it goes Terminating
                 self.send_json(200, deleted)
             else:
                 self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -714,6 +729,18 @@ class _Handler(BaseHTTPRequestHandler):
                                                  "uid": deleted["metadata"]["uid"]}})
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _send_table(self, rt: ResourceType, items: list[Obj], revision: str, params: dict[str, str]) -> bool:
+        """Answer with a meta.k8s.io Table if the Accept header asks for one first (what kubectl get does)."""
+        version = table.wanted_table_version(self.headers.get("Accept", ""))
+        if version is None:
+            return False
+        include = params.get("includeObject") or "Metadata"
+        if include not in ("None", "Metadata", "Object"):
+            raise bad_request(f'Invalid value: "{include}": must be one of None, Metadata, Object')
+        self.send_json(200, table.to_table(rt, items, resource_version=revision, include_object=include,
+                                           api_version=version))
+        return True
 
     def _authorize(self, method: str, route: _Route, params: dict[str, str]) -> None:
         """Admin token: anything. ServiceAccount token: what its RBAC bindings allow. Anything else: 401."""
@@ -790,6 +817,12 @@ def _resource_of(path: str) -> str:
     return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
 
 
+def no_such_resource() -> ApiError:
+    """The answer for a path no API serves (a kind whose CRD does not exist, a bad group or version), as
+    k8s.io/apiserver pkg/util/notfoundhandler and the CRD handler send it."""
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
 def not_found_resource(message: str) -> ApiError:
     return ApiError(404, "NotFound", message)
 
@@ -798,25 +831,25 @@ def _route(store: Store, group: str, version: str, rest: list[str]) -> _Route:
     def resolve(plural: str) -> ResourceType:
         rt = store.lookup(group, version, plural)
         if rt is None:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         return rt
 
     if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
         namespace = rest[1]
         rt = resolve(rest[2])
         if not rt.namespaced:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         tail = rest[3:]
     else:
         namespace = None
         rt = resolve(rest[0])
         tail = rest[1:]
     if len(tail) > 2:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise no_such_resource()
     name = tail[0] if tail else None
     subresource = tail[1] if len(tail) > 1 else ""
     if rt.namespaced and name is not None and namespace is None:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise no_such_resource()
     return _Route(rt, namespace, name, subresource)
 
 

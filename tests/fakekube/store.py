@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakekube import patches, schema
+from tests.fakekube import lifecycle, patches, schema
 from tests.fakekube.resources import BUILTIN, CORE_EVENTS, CRDS, DEPLOYMENTS, NAMESPACES, Obj, ResourceType, from_crd
 
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp", "selfLink")
@@ -113,6 +113,11 @@ class Store:
         with self.lock:
             return self.types.get((group, version, plural))
 
+    def served_kinds(self) -> list[ResourceType]:
+        """One served type per storage (group and plural), built-in and custom."""
+        with self.lock:
+            return list({rt.key: rt for rt in self.types.values()}.values())
+
     def find_kind(self, kind_or_name: str) -> ResourceType | None:
         """A type by plural, kind or short name, as `kubectl get` resolves it."""
         wanted = kind_or_name.lower()
@@ -172,11 +177,31 @@ class Store:
         return self._present(rt, obj)
 
     def _crd_changed(self, crd: Obj, event_type: str) -> None:
-        for rt in from_crd(crd):
-            if event_type == "DELETED":
-                self.types.pop((rt.group, rt.version, rt.plural), None)
-            else:
+        """A CRD's kind is served from its creation to its deletion, in the versions it currently serves."""
+        uid = crd["metadata"].get("uid")
+        for key, rt in list(self.types.items()):
+            if rt.custom and rt.crd_uid == uid:
+                del self.types[key]
+        if event_type != "DELETED":
+            for rt in from_crd(crd):
                 self.register(rt)
+
+    def _establish(self, crd: Obj) -> None:
+        """What the apiextensions controllers write once a CRD's names are accepted (kubectl wait
+        --for=condition=Established waits for it)."""
+        spec = crd.get("spec") or {}
+        names = dict(spec.get("names") or {})
+        names.setdefault("singular", str(names.get("kind", "")).lower())
+        names.setdefault("listKind", f"{names.get('kind', '')}List")
+        now = now_rfc3339()
+        storage = [v["name"] for v in spec.get("versions") or [] if v.get("storage")]
+        status = {"acceptedNames": names, "storedVersions": storage, "conditions": [
+            {"type": "NamesAccepted", "status": "True", "lastTransitionTime": now, "reason": "NoConflicts",
+             "message": "no conflicts found"},
+            {"type": "Established", "status": "True", "lastTransitionTime": now, "reason": "InitialNamesAccepted",
+             "message": "the initial names have been accepted"}]}
+        self.update(CRDS, "", crd["metadata"]["name"], {"metadata": {"name": crd["metadata"]["name"]},
+                                                         "status": status}, subresource="status")
 
     def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
         if rt.namespaced and ("", namespace) not in self.objects[NAMESPACES.key]:
@@ -219,6 +244,8 @@ class Store:
             if rt.status_subresource and rt.key != NAMESPACES.key:
                 # Status is the controller's: a create never sets it (the real server resets it too).
                 obj.pop("status", None)
+            if rt.key == NAMESPACES.key:
+                obj["status"] = {"phase": "Active"}  # pkg/registry/core/namespace/strategy.go PrepareForCreate
             obj.pop("apiVersion", None)
             obj.pop("kind", None)
             if rt.key == CORE_EVENTS.key:
@@ -227,7 +254,11 @@ class Store:
                     raise invalid(rt, name, "involvedObject.namespace",
                                   f'Invalid value: "{involved}": does not match event.namespace')
             self._admit(rt, obj, strict=strict)
-            return self._commit(rt, "ADDED", obj, None)
+            created = self._commit(rt, "ADDED", obj, None)
+            if rt.key == CRDS.key:
+                self._establish(created)
+                return self._present(rt, self._current(rt, "", name))
+            return created
 
     def _current(self, rt: ResourceType, namespace: str, name: str) -> Obj:
         obj = self.objects[rt.key].get((namespace, name))
@@ -348,12 +379,37 @@ class Store:
             raise ApiError(422, "Invalid", f'{rt.kind}.{rt.group} "{name}" is invalid: [{summary}]',
                            {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes})
 
-    def delete(self, rt: ResourceType, namespace: str, name: str, precondition_version: str | None = None) -> Obj:
+    def delete(self, rt: ResourceType, namespace: str, name: str, precondition_version: str | None = None, *,
+               propagation: str | None = None) -> Obj:
+        """DELETE: the object, and what the cluster deletes with it (see `lifecycle`)."""
         with self.lock:
             current = self._current(rt, namespace, name)
             if precondition_version and precondition_version != current["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
-            return self._commit(rt, "DELETED", copy.deepcopy(current), copy.deepcopy(current))
+            if propagation is not None and propagation not in lifecycle.PROPAGATION_POLICIES:
+                raise ApiError(422, "Invalid", f'DeleteOptions.meta.k8s.io "{name}" is invalid: propagationPolicy: '
+                               f'Unsupported value: "{propagation}": supported values: "Foreground", '
+                               '"Background", "Orphan", "nil"')
+            return lifecycle.delete(self, rt, current, propagation)
+
+    def remove(self, rt: ResourceType, obj: Obj) -> Obj:
+        """Take one stored object away: one DELETED event, nothing else."""
+        with self.lock:
+            return self._commit(rt, "DELETED", copy.deepcopy(obj), copy.deepcopy(obj))
+
+    def replace(self, rt: ResourceType, current: Obj, new: Obj) -> Obj:
+        """Store a controller's change to an object as is (no admission): one MODIFIED event."""
+        with self.lock:
+            return self._commit(rt, "MODIFIED", new, copy.deepcopy(current))
+
+    def mark_terminating(self, rt: ResourceType, obj: Obj) -> Obj:
+        """An object being deleted: deletionTimestamp set, and a namespace's phase Terminating."""
+        with self.lock:
+            terminating = copy.deepcopy(obj)
+            terminating["metadata"]["deletionTimestamp"] = now_rfc3339()
+            if rt.key == NAMESPACES.key:
+                terminating.setdefault("status", {})["phase"] = "Terminating"
+            return self._commit(rt, "MODIFIED", terminating, copy.deepcopy(obj))
 
     # ----------------------------------------------------------------------------------------------------------
     # The scale subresource (autoscaling/v1 Scale)
