@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import printer, rbac, table
+from tests.fakekube import openapi, printer, rbac, table
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
 from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector, selectable_fields
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
@@ -625,6 +625,9 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         store = fake.store
         parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["openapi"]:
+            self._openapi(parts[1:])
+            return
         if path in ("/version", "/version/"):
             self.send_json(200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "platform": "linux/amd64"})
             return
@@ -729,6 +732,26 @@ class _Handler(BaseHTTPRequestHandler):
                                                  "uid": deleted["metadata"]["uid"]}})
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _openapi(self, parts: list[str]) -> None:
+        """/openapi/v2 (JSON only) and /openapi/v3[/<group version>] (see tests/fakekube/openapi.py)."""
+        with self.server.fake.store.lock:
+            served = list(self.server.fake.store.types.values())
+        accept = self.headers.get("Accept", "") or "*/*"
+        if not any(m.split(";")[0].strip() in ("application/json", "*/*", "application/*") for m in accept.split(",")):
+            raise ApiError(406, "NotAcceptable", f"only application/json is served here, not {accept}")
+        if parts == ["v2"]:
+            self.send_json(200, openapi.v2_document(served))
+            return
+        if parts[:1] != ["v3"]:
+            raise no_such_resource()
+        documents = openapi.v3_documents(served)
+        if len(parts) == 1:
+            self.send_json(200, openapi.v3_index(documents))
+        elif "/".join(parts[1:]) in documents:
+            self.send_json(200, documents["/".join(parts[1:])])
+        else:
+            raise no_such_resource()
 
     def _send_table(self, rt: ResourceType, items: list[Obj], revision: str, params: dict[str, str]) -> bool:
         """Answer with a meta.k8s.io Table if the Accept header asks for one first (what kubectl get does)."""

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakekube import lifecycle, patches, schema
+from tests.fakekube import lifecycle, openapi, patches, schema
 from tests.fakekube.resources import BUILTIN, CORE_EVENTS, CRDS, DEPLOYMENTS, NAMESPACES, Obj, ResourceType, from_crd
 
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp", "selfLink")
@@ -355,6 +355,11 @@ class Store:
         evaluated again on a part of the object the update left unchanged (so a status write does not re-check
         the spec's rules)."""
         if rt.schema is None:
+            unknown = openapi.unknown_builtin_fields(rt, obj) if strict and not rt.custom else []
+            if unknown:
+                fields = ", ".join(f'unknown field "{field}"' for field in unknown)
+                raise bad_request(f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: strict '
+                                  f"decoding error: {fields}")
             return
         body = {k: v for k, v in obj.items() if k != "metadata"}
         # apiVersion, kind and metadata are the server's; the rest is pruned to what the schema declares.
