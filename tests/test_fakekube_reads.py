@@ -80,6 +80,41 @@ def test_a_custom_kind_is_not_served_before_its_crd_exists_as_kube_apiserver_doe
     assert [r["name"] for r in resources] == [PLURAL, f"{PLURAL}/status"]
 
 
+AGGREGATED = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,"
+              "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json")
+
+
+def discovered(fake: FakeKube, path: str) -> tuple[str, dict[str, Any]]:
+    request = urllib.request.Request(f"{fake.url}{path}", headers={"Authorization": f"Bearer {TOKEN}",
+                                                                   "Accept": AGGREGATED})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.headers["Content-Type"], json.loads(response.read())
+
+
+def test_aggregated_discovery_lists_a_custom_kind_only_while_its_crd_exists(fake_kube: FakeKube) -> None:
+    # k8s.io/apiserver pkg/endpoints/discovery/aggregated; client-go discovery_client.go uses the answer when its
+    # Content-Type names APIGroupDiscoveryList (what kubectl 1.33 asks for first), else the legacy documents.
+    content_type, body = discovered(fake_kube, "/apis")
+    assert content_type == "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    assert body["kind"] == "APIGroupDiscoveryList" and body["apiVersion"] == "apidiscovery.k8s.io/v2"
+    assert GROUP not in [g["metadata"].get("name") for g in body["items"]]
+    apps = next(g for g in body["items"] if g["metadata"].get("name") == "apps")
+    deployments = next(r for r in apps["versions"][0]["resources"] if r["resource"] == "deployments")
+    assert deployments["responseKind"] == {"group": "apps", "version": "v1", "kind": "Deployment"}
+    assert {s["subresource"] for s in deployments["subresources"]} == {"scale", "status"}
+    core = discovered(fake_kube, "/api")[1]["items"]
+    assert [v["version"] for v in core[0]["versions"]] == ["v1"] and "name" not in core[0]["metadata"]
+
+    fake_kube.create(copy.deepcopy(CRD))
+    groups = {g["metadata"].get("name"): g for g in discovered(fake_kube, "/apis")[1]["items"]}
+    [resource] = groups[GROUP]["versions"][0]["resources"]
+    assert (resource["resource"], resource["scope"], resource["shortNames"], resource["categories"]) == (
+        PLURAL, "Namespaced", ["qs"], ["all"])
+    fake_kube.store.delete(fake_kube.resource("apiextensions.k8s.io/v1", "CustomResourceDefinition"), "",
+                           f"{PLURAL}.{GROUP}")
+    assert GROUP not in [g["metadata"].get("name") for g in discovered(fake_kube, "/apis")[1]["items"]]
+
+
 def test_a_created_crd_is_established_as_the_apiextensions_controllers_mark_it(kube: FakeKube) -> None:
     # apiextensions-apiserver pkg/controller/establish/establishing_controller.go and status/naming_controller.go:
     # `kubectl wait --for=condition=Established crd/...` waits for these conditions.
@@ -316,6 +351,24 @@ def test_table_rows_carry_the_object_asked_for_with_include_object(kube: FakeKub
     beta = call(kube, base, accept="application/json;as=Table;v=v1beta1;g=meta.k8s.io")[1]
     assert beta["apiVersion"] == "meta.k8s.io/v1beta1"
     assert call(kube, base)[1]["kind"] == "QueueScalerList"  # plain JSON unless a Table is asked for
+
+
+def test_a_watch_asking_for_tables_gets_one_row_tables_with_columns_first_as_kubectl_get_w_needs(
+        kube: FakeKube) -> None:
+    # k8s.io/apiserver pkg/endpoints/handlers/watch.go: each event's object is a Table; headers on the first only.
+    kube.create(rule("orders"))
+    request = urllib.request.Request(
+        f"{kube.url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}?watch=true&timeoutSeconds=1",
+        headers={"Authorization": f"Bearer {TOKEN}", "Accept": TABLE})
+    with urllib.request.urlopen(request, timeout=10) as stream:
+        first = json.loads(stream.readline())
+        kube.store.delete(kube.resource(f"{GROUP}/{VERSION}", "QueueScaler"), "default", "orders")
+        second = json.loads(stream.readline())
+    assert (first["type"], first["object"]["kind"]) == ("ADDED", "Table")
+    assert first["object"]["columnDefinitions"][1]["name"] == "Target"
+    assert first["object"]["rows"][0]["cells"][:2] == ["orders", "worker"]
+    assert (second["type"], second["object"]["columnDefinitions"]) == ("DELETED", None)
+    assert second["object"]["rows"][0]["cells"][0] == "orders"
 
 
 def test_a_crd_without_printer_columns_gets_the_age_column(fake_kube: FakeKube) -> None:

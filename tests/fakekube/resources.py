@@ -18,6 +18,7 @@ class ResourceType:
     kind: str
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # `kubectl get all` lists the kinds in category "all"
     status_subresource: bool = False
     scale_subresource: bool = False
     # Whether the registry sets metadata.generation (1 on create, +1 on each spec change).
@@ -50,14 +51,14 @@ class ResourceType:
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",),
                           status_subresource=True)
 SECRETS = ResourceType("", "v1", "secrets", "Secret")
-SERVICES = ResourceType("", "v1", "services", "Service", short_names=("svc",), status_subresource=True)
+SERVICES = ResourceType("", "v1", "services", "Service", short_names=("svc",), categories=("all",), status_subresource=True)
 CORE_EVENTS = ResourceType("", "v1", "events", "Event", short_names=("ev",))
 EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", short_names=("ev",))
-DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", short_names=("deploy",),
+DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", short_names=("deploy",), categories=("all",),
                            status_subresource=True, scale_subresource=True, generation=True)
-STATEFULSETS = ResourceType("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",),
+STATEFULSETS = ResourceType("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",), categories=("all",),
                             status_subresource=True, scale_subresource=True, generation=True)
-REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",),
+REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",), categories=("all",),
                            status_subresource=True, scale_subresource=True, generation=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
@@ -87,6 +88,7 @@ def from_crd(crd: Obj) -> list[ResourceType]:
             kind=str(names.get("kind", "")),
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             short_names=tuple(names.get("shortNames") or ()),
+            categories=tuple(names.get("categories") or ()),
             status_subresource="status" in subresources,
             scale_subresource="scale" in subresources,
             generation=True,

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import openapi, printer, rbac, table
+from tests.fakekube import discovery, openapi, printer, rbac, table
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
 from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector, selectable_fields
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
@@ -295,6 +295,7 @@ class FakeKube:
         deadline = time.monotonic() + timeout if timeout is not None else None
         bookmarks = _parse_bool(params.get("allowWatchBookmarks"))
         requested = params.get("resourceVersion", "")
+        as_table = _table_events(rt, handler.headers.get("Accept", ""), params.get("includeObject") or "Metadata")
         store = self.store
 
         def in_scope(obj: Obj | None) -> bool:
@@ -320,7 +321,7 @@ class FakeKube:
             handler.end_chunked()
             return
         for added in initial:
-            if not handler.send_chunk(added):
+            if not handler.send_chunk(as_table(added)):
                 return
         next_bookmark = time.monotonic() + self.bookmark_interval
         while True:
@@ -370,7 +371,7 @@ class FakeKube:
                         wait = min(wait, max(0.0, next_bookmark - now))
                     store.changed.wait(wait)
             for outgoing in to_send:
-                if not handler.send_chunk(outgoing):
+                if not handler.send_chunk(as_table(outgoing)):
                     return
 
 
@@ -398,6 +399,26 @@ def _filtered(event: WatchEvent, in_scope: Callable[[Obj | None], bool], rt: Res
     shown["apiVersion"] = rt.api_version
     shown["kind"] = rt.kind
     return {"type": kind, "object": shown}
+
+
+def _table_events(rt: ResourceType, accept: str, include_object: str) -> Callable[[Obj], Obj]:
+    """A watch asked for Tables (`kubectl get -w`) gets each object as a one-row Table, the column definitions in
+    the first one only (k8s.io/apiserver pkg/endpoints/handlers/watch.go watchEmbeddedEncoder)."""
+    version = table.wanted_table_version(accept)
+    first = [True]
+
+    def as_table(event: Obj) -> Obj:
+        if version is None or event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+            return event
+        obj = event["object"]
+        converted = table.to_table(rt, [obj], resource_version=str(obj["metadata"].get("resourceVersion", "")),
+                                   include_object=include_object, api_version=version)
+        if not first[0]:
+            converted["columnDefinitions"] = None
+        first[0] = False
+        return {"type": event["type"], "object": converted}
+
+    return as_table
 
 
 def _still_served(store: Store, rt: ResourceType) -> bool:
@@ -501,10 +522,11 @@ class _Handler(BaseHTTPRequestHandler):
     # ----------------------------------------------------------------------------------------------------------
     # Responses
 
-    def send_json(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
+    def send_json(self, code: int, body: Obj, headers: dict[str, str] | None = None, *,
+                  content_type: str = "application/json") -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
@@ -631,6 +653,13 @@ class _Handler(BaseHTTPRequestHandler):
         if path in ("/version", "/version/"):
             self.send_json(200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "platform": "linux/amd64"})
             return
+        aggregated = discovery.wanted_version(self.headers.get("Accept", "")) if parts in (["api"], ["apis"]) else None
+        if aggregated is not None:
+            with store.lock:
+                served = list(store.types.values())
+            self.send_json(200, discovery.group_discovery_list(served, legacy=parts == ["api"], version=aggregated),
+                           content_type=discovery.CONTENT_TYPES[aggregated])
+            return
         if parts == ["api"]:
             self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                 {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{fake.port}"}]})
@@ -708,7 +737,7 @@ class _Handler(BaseHTTPRequestHandler):
             raise no_such_resource()
         if method == "GET":
             found = store.get(rt, namespace, name)
-            if route.subresource or not self._send_table(rt, [found], "", params):
+            if route.subresource or not self._send_table(rt, [found], found["metadata"]["resourceVersion"], params):
                 self.send_json(200, found)
         elif method == "PUT":
             body = self._decode(raw_body)
@@ -762,7 +791,8 @@ class _Handler(BaseHTTPRequestHandler):
         if include not in ("None", "Metadata", "Object"):
             raise bad_request(f'Invalid value: "{include}": must be one of None, Metadata, Object')
         self.send_json(200, table.to_table(rt, items, resource_version=revision, include_object=include,
-                                           api_version=version))
+                                           api_version=version),
+                       content_type=f"application/json;as=Table;v={version.rpartition('/')[2]};g=meta.k8s.io")
         return True
 
     def _authorize(self, method: str, route: _Route, params: dict[str, str]) -> None:
@@ -898,7 +928,8 @@ def _resource_list(store: Store, group: str, version: str) -> Obj | None:
     resources: list[Obj] = []
     for rt in types:
         resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
-                          "kind": rt.kind, "verbs": list(rt.verbs), "shortNames": list(rt.short_names)})
+                          "kind": rt.kind, "verbs": list(rt.verbs), "shortNames": list(rt.short_names),
+                          "categories": list(rt.categories)})
         if rt.status_subresource:
             resources.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
                               "kind": rt.kind, "verbs": ["get", "patch", "update"]})
