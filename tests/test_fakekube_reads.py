@@ -131,13 +131,14 @@ def test_deleting_a_crd_deletes_its_resources_then_ends_watches_as_kube_apiserve
     kube.create(rule("a"))
     kube.create(rule("b"))
     seen: list[tuple[str, str]] = []
+    request = urllib.request.Request(
+        f"{kube.url}/apis/{GROUP}/{VERSION}/{PLURAL}?watch=true&resourceVersion="
+        f"{kube.get(f'{GROUP}/{VERSION}', 'QueueScaler', 'b')['metadata']['resourceVersion']}",
+        headers={"Authorization": f"Bearer {TOKEN}"})
+    stream = urllib.request.urlopen(request, timeout=10)  # open (headers received) before the CRD goes
 
     def follow() -> None:
-        request = urllib.request.Request(
-            f"{kube.url}/apis/{GROUP}/{VERSION}/{PLURAL}?watch=true&resourceVersion="
-            f"{kube.get(f'{GROUP}/{VERSION}', 'QueueScaler', 'b')['metadata']['resourceVersion']}",
-            headers={"Authorization": f"Bearer {TOKEN}"})
-        with urllib.request.urlopen(request, timeout=10) as stream:
+        with stream:
             for line in stream:  # ends when the server ends the stream
                 event = json.loads(line)
                 seen.append((event["type"], event["object"]["metadata"]["name"]))

@@ -67,6 +67,8 @@ def _delete_crd(store: Store, crd: Obj) -> Obj:
 
 
 def _dependents(store: Store, owner: Obj) -> list[tuple[ResourceType, Obj]]:
+    if not store.owner_references_seen:
+        return []
     uid = owner["metadata"].get("uid")
     found: list[tuple[ResourceType, Obj]] = []
     for rt in store.served_kinds():

@@ -93,6 +93,9 @@ class Store:
         self.compacted = 0
         self.objects: dict[tuple[str, str], dict[tuple[str, str], Obj]] = {}
         self.types: dict[tuple[str, str, str], ResourceType] = {}
+        # Whether any object ever carried ownerReferences: until one does, a deletion need not look for dependents
+        # (keeps deletions cheap at the capacity benchmark's 20,000 objects).
+        self.owner_references_seen = False
         self.on_write: list[Callable[[ResourceType, Obj, Obj | None], None]] = []
         from tests.fakekube import rbac
 
@@ -163,6 +166,7 @@ class Store:
             self.objects[rt.key].pop((namespace, name), None)
         else:
             self.objects[rt.key][(namespace, name)] = obj
+            self.owner_references_seen = self.owner_references_seen or bool(obj["metadata"].get("ownerReferences"))
         self.history.append(WatchEvent(self.revision, rt.key, event_type, copy.deepcopy(obj),
                                        copy.deepcopy(previous) if previous is not None else None))
         if len(self.history) > self.history_limit:
