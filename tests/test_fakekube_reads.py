@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -27,11 +28,11 @@ NOT_FOUND = "the server could not find the requested resource"
 
 
 def call(fake: FakeKube, path: str, *, method: str = "GET", body: Any = None, accept: str = "application/json",
-         ) -> tuple[int, Any]:
+         content_type: str = "application/json") -> tuple[int, Any]:
     """One raw request with the admin token: (status, decoded JSON body)."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(f"{fake.url}{path}", data=data, method=method, headers={
-        "Authorization": f"Bearer {TOKEN}", "Accept": accept, "Content-Type": "application/json"})
+        "Authorization": f"Bearer {TOKEN}", "Accept": accept, "Content-Type": content_type})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, json.loads(response.read() or b"null")
@@ -181,6 +182,35 @@ def test_deleting_a_namespace_deletes_everything_in_it_as_the_namespace_controll
         assert kube.list_objects(api_version, kind, "shop") == []
     assert [r["metadata"]["name"] for r in kube.list_objects(f"{GROUP}/{VERSION}", "QueueScaler")] == ["kept"]
     assert call(kube, "/api/v1/namespaces/shop")[0] == 404
+
+
+def test_a_terminating_namespace_refuses_new_content_until_its_controller_empties_it() -> None:
+    # The real DELETE answers while the namespace is Terminating; until the namespace controller has emptied it, the
+    # NamespaceLifecycle admission plugin refuses creates (plugin/pkg/admission/namespace/lifecycle/admission.go).
+    with FakeKube(namespace_termination_delay=0.5) as fake:
+        fake.create(copy.deepcopy(CRD))
+        fake.ensure_namespace("shop")
+        fake.create(rule("orders", "shop"))
+        status, answer = call(fake, "/api/v1/namespaces/shop", method="DELETE")
+        assert (status, answer["status"]["phase"]) == (200, "Terminating")
+        assert [r["metadata"]["name"] for r in fake.list_objects(f"{GROUP}/{VERSION}", "QueueScaler", "shop")] == [
+            "orders"]
+        event = core_event("orders.1", "orders")
+        event["metadata"]["namespace"] = event["involvedObject"]["namespace"] = "shop"
+        status, refused = call(fake, "/api/v1/namespaces/shop/events", method="POST", body=event)
+        assert (status, refused["reason"]) == (403, "Forbidden")
+        assert refused["message"] == ('events "orders.1" is forbidden: unable to create new content in namespace '
+                                      "shop because it is being terminated")
+        assert refused["details"]["causes"][0]["reason"] == "NamespaceTerminating"
+        assert call(fake, f"/apis/{GROUP}/{VERSION}/namespaces/shop/{PLURAL}/orders", method="PATCH",
+                    body={"metadata": {"labels": {"still": "writable"}}},
+                    content_type="application/merge-patch+json")[0] == 200  # only creates are refused
+        assert call(fake, "/api/v1/namespaces/shop", method="DELETE")[0] == 200  # deleting again changes nothing
+        deadline = time.monotonic() + 5
+        while call(fake, "/api/v1/namespaces/shop")[0] != 404:
+            assert time.monotonic() < deadline, "the namespace was never emptied"
+            time.sleep(0.05)
+        assert fake.list_objects(f"{GROUP}/{VERSION}", "QueueScaler", "shop") == []
 
 
 def owned_replicaset(name: str, owners: list[dict[str, Any]]) -> dict[str, Any]:

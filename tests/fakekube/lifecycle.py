@@ -1,10 +1,11 @@
 """What happens around a deletion in a real cluster, done at once inside the DELETE request.
 
 - Namespace (pkg/controller/namespace/deletion/namespaced_resources_deleter.go): the namespace turns
-  `Terminating` (deletionTimestamp set, phase Terminating; one MODIFIED event), every object in it is deleted,
-  then the namespace itself. The real server answers the DELETE while the namespace is still Terminating and its
-  controller empties it afterwards; here the emptying is finished before the answer, so nothing can be created in
-  a half-deleted namespace (the real server refuses that with 403 anyway).
+  `Terminating` (deletionTimestamp set, phase Terminating; one MODIFIED event) and the DELETE is answered with it;
+  then every object in it is deleted, then the namespace itself. By default the emptying is finished before the
+  answer; with `namespace_termination_delay` it happens that many seconds later (the namespace controller's
+  pace), and meanwhile a create in the namespace is refused with the NamespaceLifecycle admission plugin's 403
+  (plugin/pkg/admission/namespace/lifecycle/admission.go).
 - CustomResourceDefinition (apiextensions-apiserver pkg/controller/finalizer/crd_finalizer.go): every custom
   resource of the kind is deleted (watchers get DELETED events), then the CRD; its kind stops being served, open
   watches on it end, and later requests get 404.
@@ -18,6 +19,8 @@
 from __future__ import annotations
 
 import copy
+import threading
+import time
 from typing import TYPE_CHECKING
 
 from tests.fakekube.resources import CRDS, NAMESPACES, Obj, ResourceType, from_crd
@@ -47,8 +50,22 @@ def delete(store: Store, rt: ResourceType, obj: Obj, propagation: str | None) ->
 
 
 def _delete_namespace(store: Store, namespace: Obj) -> Obj:
+    if namespace["metadata"].get("deletionTimestamp"):
+        return store.get(NAMESPACES, "", namespace["metadata"]["name"])  # already going: nothing more to do
     name = namespace["metadata"]["name"]
     terminating = store.mark_terminating(NAMESPACES, namespace)
+    if store.namespace_termination_delay > 0:
+        store.terminating_namespaces[name] = time.monotonic() + store.namespace_termination_delay
+        return terminating
+    finish_namespace(store, name)
+    return terminating
+
+
+def finish_namespace(store: Store, name: str) -> None:
+    """What the namespace controller does to a Terminating namespace: delete its content, then it."""
+    store.terminating_namespaces.pop(name, None)
+    if ("", name) not in store.objects[NAMESPACES.key]:
+        return
     for rt in store.served_kinds():
         if not rt.namespaced:
             continue
@@ -56,7 +73,45 @@ def _delete_namespace(store: Store, namespace: Obj) -> Obj:
             if object_namespace == name:
                 store.remove(rt, obj)
     store.remove(NAMESPACES, store.objects[NAMESPACES.key][("", name)])
-    return terminating
+
+
+def refuse_in_terminating_namespace(namespace: Obj, rt: ResourceType, name: str) -> None:
+    """The NamespaceLifecycle admission plugin: no new content in a namespace that is being deleted."""
+    if (namespace.get("status") or {}).get("phase") != "Terminating":
+        return
+    from tests.fakekube.store import ApiError
+
+    ns = namespace["metadata"]["name"]
+    raise ApiError(403, "Forbidden", f'{rt.qualified} "{name}" is forbidden: unable to create new content in '
+                   f"namespace {ns} because it is being terminated",
+                   {"name": name, "group": rt.group, "kind": rt.plural, "causes": [
+                       {"reason": "NamespaceTerminating", "message": f"namespace {ns} is being terminated",
+                        "field": "metadata.namespace"}]})
+
+
+class NamespaceController:
+    """Empties namespaces whose termination delay is over (a thread, stopped with the server)."""
+
+    def __init__(self, store: Store, stopping: threading.Event) -> None:
+        self.store = store
+        self.stopping = stopping
+        self.thread = threading.Thread(target=self._run, name="fakekube-namespace-controller", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread.is_alive():
+            self.thread.join(timeout=5)
+
+    def _run(self) -> None:
+        with self.store.lock:
+            while not self.stopping.is_set():
+                now = time.monotonic()
+                for name, due in list(self.store.terminating_namespaces.items()):
+                    if due <= now:
+                        finish_namespace(self.store, name)
+                self.store.changed.wait(0.05)
 
 
 def _delete_crd(store: Store, crd: Obj) -> Obj:

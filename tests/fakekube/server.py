@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import discovery, openapi, printer, rbac, table
+from tests.fakekube import discovery, lifecycle, openapi, printer, rbac, table
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
 from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector, selectable_fields
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
@@ -129,7 +129,8 @@ class FakeKube:
     """The fake API server. Everything a test sees goes through HTTP; the helpers below read the same store."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, history_limit: int = 1000,
-                 bookmark_interval: float = 1.0, ready_delay: float | None = 0.0) -> None:
+                 bookmark_interval: float = 1.0, ready_delay: float | None = 0.0,
+                 namespace_termination_delay: float = 0.0) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the fake API server listens on loopback only")
         self.store = Store(history_limit=history_limit)
@@ -148,6 +149,9 @@ class FakeKube:
         self._server = _Server(self, (host, port))
         self._thread: threading.Thread | None = None
         self.controller = _WorkloadController(self.store, ready_delay, self._stopping)
+        # A deleted namespace stays Terminating this long before its content goes (0: gone when answered).
+        self.store.namespace_termination_delay = namespace_termination_delay
+        self.namespaces = lifecycle.NamespaceController(self.store, self._stopping)
         self.store.on_write.append(self.controller.observe)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -166,6 +170,7 @@ class FakeKube:
                                         name=f"fakekube:{self.port}", daemon=True)
         self._thread.start()
         self.controller.start()
+        self.namespaces.start()
         return self
 
     def stop(self) -> None:
@@ -179,6 +184,7 @@ class FakeKube:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.controller.join()
+        self.namespaces.join()
 
     def __enter__(self) -> FakeKube:
         return self.start()

@@ -96,6 +96,9 @@ class Store:
         # Whether any object ever carried ownerReferences: until one does, a deletion need not look for dependents
         # (keeps deletions cheap at the capacity benchmark's 20,000 objects).
         self.owner_references_seen = False
+        # Seconds a deleted namespace stays Terminating before its content goes (0: within the DELETE request).
+        self.namespace_termination_delay = 0.0
+        self.terminating_namespaces: dict[str, float] = {}  # name -> when (time.monotonic) its content goes
         self.on_write: list[Callable[[ResourceType, Obj, Obj | None], None]] = []
         from tests.fakekube import rbac
 
@@ -207,10 +210,12 @@ class Store:
         self.update(CRDS, "", crd["metadata"]["name"], {"metadata": {"name": crd["metadata"]["name"]},
                                                          "status": status}, subresource="status")
 
-    def _check_namespace(self, rt: ResourceType, namespace: str) -> None:
+    def _check_namespace(self, rt: ResourceType, namespace: str, name: str = "") -> None:
         if rt.namespaced and ("", namespace) not in self.objects[NAMESPACES.key]:
             raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
                            {"name": namespace, "kind": "namespaces"})
+        if rt.namespaced:
+            lifecycle.refuse_in_terminating_namespace(self.objects[NAMESPACES.key][("", namespace)], rt, name)
 
     def create(self, rt: ResourceType, namespace: str, body: Obj, *, strict: bool = False) -> Obj:
         with self.lock:
@@ -228,7 +233,7 @@ class Store:
                     raise bad_request("the namespace of the provided object does not match the namespace sent on "
                                       "the request")
                 meta["namespace"] = namespace
-                self._check_namespace(rt, namespace)
+                self._check_namespace(rt, namespace, str(name))
             else:
                 meta.pop("namespace", None)
             if (meta.get("namespace", ""), name) in self.objects[rt.key]:
