@@ -27,6 +27,12 @@ TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;
 NOT_FOUND = "the server could not find the requested resource"
 
 
+def open_url(fake: FakeKube, request: urllib.request.Request) -> Any:
+    """urllib against the fake, trusting its CA if it serves HTTPS."""
+    trust = getattr(fake, "client_ssl_context", None)
+    return urllib.request.urlopen(request, timeout=10, context=trust() if trust is not None else None)
+
+
 def call(fake: FakeKube, path: str, *, method: str = "GET", body: Any = None, accept: str = "application/json",
          content_type: str = "application/json") -> tuple[int, Any]:
     """One raw request with the admin token: (status, decoded JSON body)."""
@@ -34,7 +40,7 @@ def call(fake: FakeKube, path: str, *, method: str = "GET", body: Any = None, ac
     request = urllib.request.Request(f"{fake.url}{path}", data=data, method=method, headers={
         "Authorization": f"Bearer {TOKEN}", "Accept": accept, "Content-Type": content_type})
     try:
-        with urllib.request.urlopen(request, timeout=10) as response:
+        with open_url(fake, request) as response:
             return response.status, json.loads(response.read() or b"null")
     except urllib.error.HTTPError as error:
         with error:
@@ -88,7 +94,7 @@ AGGREGATED = ("application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryL
 def discovered(fake: FakeKube, path: str) -> tuple[str, dict[str, Any]]:
     request = urllib.request.Request(f"{fake.url}{path}", headers={"Authorization": f"Bearer {TOKEN}",
                                                                    "Accept": AGGREGATED})
-    with urllib.request.urlopen(request, timeout=10) as response:
+    with open_url(fake, request) as response:
         return response.headers["Content-Type"], json.loads(response.read())
 
 
@@ -136,7 +142,7 @@ def test_deleting_a_crd_deletes_its_resources_then_ends_watches_as_kube_apiserve
         f"{kube.url}/apis/{GROUP}/{VERSION}/{PLURAL}?watch=true&resourceVersion="
         f"{kube.get(f'{GROUP}/{VERSION}', 'QueueScaler', 'b')['metadata']['resourceVersion']}",
         headers={"Authorization": f"Bearer {TOKEN}"})
-    stream = urllib.request.urlopen(request, timeout=10)  # open (headers received) before the CRD goes
+    stream = open_url(kube, request)  # open (headers received) before the CRD goes
 
     def follow() -> None:
         with stream:
@@ -391,7 +397,7 @@ def test_a_watch_asking_for_tables_gets_one_row_tables_with_columns_first_as_kub
     request = urllib.request.Request(
         f"{kube.url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}?watch=true&timeoutSeconds=1",
         headers={"Authorization": f"Bearer {TOKEN}", "Accept": TABLE})
-    with urllib.request.urlopen(request, timeout=10) as stream:
+    with open_url(kube, request) as stream:
         first = json.loads(stream.readline())
         kube.store.delete(kube.resource(f"{GROUP}/{VERSION}", "QueueScaler"), "default", "orders")
         second = json.loads(stream.readline())
