@@ -262,7 +262,7 @@ def _event(obj: Obj, now: dt.datetime) -> list[Cell]:
     source = event.get("source") or {}
     component = source.get("component") or event.get("reportingComponent") or ""
     host = source.get("host") or event.get("reportingInstance") or ""
-    shown_source = f"{component}, {host}" if component and host else component or "<unknown>"
+    shown_source = f"{component}, {host}" if host else str(component)  # formatEventSourceComponentInstance
     return [last, str(event.get("type", "")), str(event.get("reason", "")), f"{kind}/{name}" if name else kind,
             str(involved.get("fieldPath", "")), shown_source, str(event.get("message", "")).strip(), first, count,
             str(obj["metadata"]["name"])]
