@@ -30,13 +30,14 @@ class FakeWorld:
         self.visible_count = count
         self.approximate_count = count
         self.desired = desired
+        self.ready = desired  # pods are ready at once here
         self.changes: list[tuple[int, int]] = []
 
     def set_count(self, count: int) -> None:
         self.visible_count = self.approximate_count = count
 
     def set_desired(self, replicas: int, t: int) -> None:
-        self.desired = replicas
+        self.desired = self.ready = replicas
         self.changes.append((t, replicas))
 
 
@@ -48,16 +49,31 @@ async def drive(keda: KedaAutoscaler, world: FakeWorld, until: int, counts: dict
             await keda.act(t)
 
 
-def test_a_burst_ramps_one_hpa_step_per_sync_with_default_behavior() -> None:
+def burst_of_1000_from_one_replica(spec: dict[str, Any]) -> list[tuple[int, int]]:
     sc = scenario(
         duration=200,
         queue={"visibilityTimeout": 7200},
         workers={"startupDelay": 36000, "serviceTime": 3600, "initialReplicas": 1, "maxReplicas": 300},
         arrivals=[{"type": "burst", "at": 1, "messages": 1000, "over": 1}],
     )
-    so = scaled_object({"minReplicaCount": 1, "maxReplicaCount": 300}, {"queueLength": "5"})
+    so = scaled_object({"minReplicaCount": 1, "maxReplicaCount": 300, **spec}, {"queueLength": "5"})
     result = simulate(sc, [Contender("keda", lambda w: KedaAutoscaler("keda", so, w))])[0]
-    assert [(t, to) for t, _, to in result.scale_actions] == [
+    return [(t, to) for t, _, to in result.scale_actions]
+
+
+def test_a_plain_scaled_object_doubles_per_sync_on_the_hpa_legacy_path() -> None:
+    # KEDA leaves the HPA's behavior nil (controllers/keda/hpa.go), so horizontal.go normalizeDesiredReplicas
+    # applies: at most max(2 x current, 4) per sync (calculateScaleUpLimit).
+    assert burst_of_1000_from_one_replica({}) == [
+        (15, 4), (30, 8), (45, 16), (60, 32), (75, 64), (90, 128), (105, 200),
+    ]
+
+
+def test_a_behavior_block_ramps_with_the_behavior_defaults() -> None:
+    # With any behavior, the defaults (autoscaling/v2 defaults.go) allow max(+4 pods, +100 %) per 15 s.
+    behavior = {"advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {
+        "stabilizationWindowSeconds": 300}}}}}
+    assert burst_of_1000_from_one_replica(behavior) == [
         (15, 5), (30, 10), (45, 20), (60, 40), (75, 80), (90, 160), (105, 200),
     ]
 
@@ -95,10 +111,11 @@ async def test_cooldown_goes_straight_to_zero_after_the_last_active_poll() -> No
     world = FakeWorld(count=11, desired=0)
     keda = KedaAutoscaler("keda", so, cast(World, world))
     await drive(keda, world, 600, {100: 0})
-    # Active at the polls up to t=90; lastActiveTime + 300 = 390 must be passed: the t=420 poll goes to 0.
+    # Active at the polls up to t=90. KEDA stores lastActiveTime to the whole second and compares it a few
+    # milliseconds after its tick, so lastActiveTime + 300 = 390 has passed at the t=390 poll.
     assert world.changes[0] == (0, 1)
-    assert world.changes[-1] == (420, 0)
-    assert all(replicas > 0 for t, replicas in world.changes if t < 420)
+    assert world.changes[-1] == (390, 0)
+    assert all(replicas > 0 for t, replicas in world.changes if t < 390)
 
 
 def test_scaled_object_errors_name_the_field() -> None:
@@ -117,5 +134,6 @@ def test_the_shipped_example_parses() -> None:
 
     [so] = load_scaled_objects("examples/keda/orders-scaledobject.yaml")
     assert so.triggers[0].queue_length == 20
-    assert so.scale_down.stabilization_window == 120
-    assert so.scale_up.policies[0].value == 4  # the default scale-up behavior, since only scaleDown is set
+    assert so.behavior is not None
+    assert so.behavior.scale_down.stabilization_window == 120
+    assert so.behavior.scale_up.policies[0].value == 4  # the default scale-up behavior, since only scaleDown is set
