@@ -137,3 +137,135 @@ def test_the_shipped_example_parses() -> None:
     assert so.behavior is not None
     assert so.behavior.scale_down.stabilization_window == 120
     assert so.behavior.scale_up.policies[0].value == 4  # the default scale-up behavior, since only scaleDown is set
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# One test per way the emulation used to differ from upstream (issue 17, section 1)
+
+
+def keda_with(world: FakeWorld, spec: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None,
+              trigger: dict[str, Any] | None = None, annotations: dict[str, str] | None = None) -> KedaAutoscaler:
+    so = parse_scaled_object({
+        "apiVersion": "keda.sh/v1alpha1",
+        "kind": "ScaledObject",
+        "metadata": {"name": "orders", **({"annotations": annotations} if annotations else {})},
+        "spec": {"scaleTargetRef": {"name": "orders-worker"}, **(spec or {}), "triggers": [{
+            "type": "azure-queue", **(trigger or {}),
+            "metadata": {"queueName": "orders", "queueLength": "5", **(metadata or {})}}]},
+    })
+    return KedaAutoscaler("keda", so, cast(World, world))
+
+
+async def test_after_a_burst_drains_a_plain_scaled_object_keeps_climbing_to_the_5_minute_peak() -> None:
+    # horizontal.go stabilizeRecommendation: the legacy path takes the max of 5 minutes of recommendations in
+    # both directions, so the doubling goes on after the queue is empty.
+    world = FakeWorld(count=1000, desired=1)
+    keda = keda_with(world, {"minReplicaCount": 1, "maxReplicaCount": 300})
+    await drive(keda, world, 120, {20: 0})
+    assert world.changes == [(0, 4), (15, 8), (30, 16), (45, 32), (60, 64), (75, 128), (90, 200)]
+
+
+async def test_a_new_hpa_remembers_its_starting_count_for_the_stabilization_window() -> None:
+    # horizontal.go recordInitialRecommendation: the first sync records the current count, so an idle target at
+    # 10 replicas stays there for 5 minutes before the HPA takes it to minReplicas.
+    world = FakeWorld(count=0, desired=10)
+    keda = keda_with(world, {"minReplicaCount": 1})
+    await drive(keda, world, 400, {})
+    assert world.changes == [(300, 1)]
+
+
+async def test_initial_cooldown_applies_only_while_keda_never_saw_the_trigger_active() -> None:
+    # scale_scaledobjects.go scaleToZeroOrIdle: initialCooldownPeriod when lastActiveTime is nil, else
+    # cooldownPeriod alone.
+    world = FakeWorld(count=11, desired=0)
+    keda = keda_with(world, {"pollingInterval": 30, "cooldownPeriod": 60, "initialCooldownPeriod": 600})
+    await drive(keda, world, 400, {100: 0})
+    assert world.changes[0] == (0, 1)
+    assert world.changes[-1] == (150, 0)  # last active at t=90, + 60
+
+    never_active = FakeWorld(count=0, desired=3)
+    keda = keda_with(never_active, {"pollingInterval": 30, "initialCooldownPeriod": 600})
+    await drive(keda, never_active, 700, {})
+    # the HPA holds its starting 3 for 5 minutes, then minReplicas; KEDA goes to 0 at initialCooldownPeriod
+    assert never_active.changes == [(300, 1), (600, 0)]
+
+
+async def test_a_value_target_scales_over_the_ready_pods_only() -> None:
+    # replica_calculator.go GetExternalMetricReplicas: ceil(usage / target x readyPodCount).
+    world = FakeWorld(count=20, desired=4)
+    world.ready = 2  # two pods still starting
+    keda = keda_with(world, {"minReplicaCount": 1}, trigger={"metricType": "Value"})
+    keda.hpa_sync(0)
+    assert world.changes == [(0, 8)]  # 20 / 5 = 4 x 2 ready pods, not x 4 replicas
+
+
+async def test_below_min_the_hpa_goes_to_min_without_metrics_and_keda_lifts_an_active_idle_target() -> None:
+    # horizontal.go reconcileAutoscaler: currentReplicas < minReplicas -> minReplicas, no metrics read and no
+    # recommendation recorded. scale_scaledobjects.go: active with idleReplicaCount below minReplicaCount -> min.
+    world = FakeWorld(count=0, desired=1)
+    keda = keda_with(world, {"minReplicaCount": 3, "idleReplicaCount": 1})
+    keda.hpa_sync(0)
+    assert world.changes == [(0, 3)] and keda.recommendations == [(0, 1)]
+    keda.keda_poll(30)  # inactive, above idle, never active: KEDA takes it back to idle (upstream's flapping)
+    assert world.changes[-1] == (30, 1)
+
+    active = FakeWorld(count=10, desired=1)
+    keda = keda_with(active, {"minReplicaCount": 3, "idleReplicaCount": 1})
+    keda.keda_poll(0)
+    assert active.changes == [(0, 3)]
+
+
+async def test_a_ratio_exactly_at_the_tolerance_edge_is_within_from_kubernetes_1_33() -> None:
+    # kubernetes/kubernetes#130797 (1.33): Tolerances.isWithin compares 1.1 <= 1.0 + 0.1, where
+    # math.Abs(1.0 - 1.1) = 0.10000000000000009 > 0.1 used to scale.
+    for version, expected in (("1.35", []), ("1.33", []), ("1.32", [(0, 3)])):
+        world = FakeWorld(count=11, desired=2)  # 11 / (5 x 2) = 1.1
+        keda = keda_with(world, {"minReplicaCount": 1},
+                         annotations={"simulator.queuescale.io/kubernetes-version": version})
+        keda.hpa_sync(0)
+        assert world.changes == expected, version
+
+
+async def test_a_behavior_tolerance_counts_from_kubernetes_1_34() -> None:
+    # HPAConfigurableTolerance: alpha and off by default in 1.33, beta and on from 1.34.
+    behavior = {"advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleUp": {"tolerance": "0.05"}}}}}
+    for version, expected in (("1.34", [(0, 3)]), ("1.33", [])):
+        world = FakeWorld(count=11, desired=2)
+        keda = keda_with(world, {"minReplicaCount": 1, **behavior},
+                         annotations={"simulator.queuescale.io/kubernetes-version": version})
+        keda.hpa_sync(0)
+        assert world.changes == expected, version
+
+
+@pytest.mark.parametrize(("metadata", "field"), [
+    ({"queueLength": "2.5"}, "queueLength"),  # an int64 in KEDA's azureQueueMetadata
+    ({"queueLength": "1e3"}, "queueLength"),
+    ({"queueLength": 5}, "queueLength"),  # the CRD types metadata values as strings
+    ({"queueLength": "0"}, "queueLength"),  # the HPA's target must be positive
+    ({"queueLengthStrategy": "VisibleOnly"}, "queueLengthStrategy"),  # KEDA's enum check is case-sensitive
+    ({"activationQueueLength": "1.5"}, "activationQueueLength"),
+])
+def test_metadata_keda_refuses_is_refused(metadata: dict[str, Any], field: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        scaled_object(metadata=metadata)
+    assert {e.path for e in caught.value.errors} == {f"spec.triggers[0].metadata.{field}"}
+
+
+def test_metadata_keda_accepts_is_accepted() -> None:
+    so = scaled_object({"minReplicaCount": 0, "idleReplicaCount": 0},
+                       {"queueLength": " 7 ", "activationQueueLength": "-1", "queueLengthStrategy": ""})
+    assert so.triggers[0].queue_length == 7 and so.triggers[0].activation_queue_length == -1
+    assert so.triggers[0].strategy == "all" and so.idle_replicas == 0 and so.behavior is None
+
+
+def test_the_kubernetes_version_annotation_is_checked() -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_scaled_object({
+            "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+            "metadata": {"name": "x", "annotations": {"simulator.queuescale.io/kubernetes-version": "1.12"}},
+            "spec": {"scaleTargetRef": {"name": "w"},
+                     "triggers": [{"type": "azure-queue", "metadata": {"queueName": "q"}}]},
+        })
+    assert [e.path for e in caught.value.errors] == [
+        "metadata.annotations.simulator.queuescale.io/kubernetes-version"]
+    assert scaled_object().kubernetes_version == (1, 35)
