@@ -37,6 +37,7 @@ from controller.sources.azure_auth import scrub
 from controller.sources.base import SecretUnavailable, Source, SourceContext, build_source
 from controller.spec import QueueScaler, SpecError, format_duration, parse_queuescaler
 from controller.targets.local_process import LocalProcessTarget
+from controller.textfmt import duration, plural
 
 QUEUE_NAME = "demo-jobs"
 RULE_NAME = "demo-worker"
@@ -298,7 +299,7 @@ class _Recorder:
 
     def event(self, text: str, t: float | None = None) -> None:
         when = self.record.t() if t is None else t
-        self.record.events.append((when, f"+{when:.0f}s {text}"))
+        self.record.events.append((when, f"+{duration(round(when))} {text}"))
         self.view.event(when, text)
 
 
@@ -386,10 +387,10 @@ class Demo:
             bursts.append((options.second_burst_at, options.second_burst))
         recorder = _Recorder(record, view, logs, self.target, settled, lambda: record.sent == sum(n for _, n in bursts))
         print(
-            f"queue '{QUEUE_NAME}' created; rule '{rule.name}': poll every {options.polling_interval:g}s, "
-            f"{options.target_per_replica:g} messages per worker, 0 to {options.max_workers} workers "
-            f"({options.work_time:g}s of work per message); bursts: "
-            + ", ".join(f"{n} messages at +{at:g}s" for at, n in bursts)
+            f"queue '{QUEUE_NAME}' created; rule '{rule.name}': poll every {duration(options.polling_interval)}, "
+            f"{plural(options.target_per_replica, 'message')} per worker, 0 to {plural(options.max_workers, 'worker')} "
+            f"({duration(options.work_time)} of work per message); bursts: "
+            + ", ".join(f"{plural(n, 'message')} at +{duration(at)}" for at, n in bursts)
             + f"; output in {options.out_dir}/", file=self.out, flush=True,
         )
         async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
@@ -426,7 +427,7 @@ class Demo:
             record.outcome = "settled"
         else:
             record.outcome = "timeout"
-            record.failure = (f"the demo did not settle within {options.max_duration:g}s "
+            record.failure = (f"the demo did not settle within {duration(options.max_duration)} "
                               "(queue empty and workers at zero); see the report")
         return self._finish(record)
 
@@ -455,7 +456,7 @@ class Demo:
                     sends.append(future)
                 next_number += messages
                 await asyncio.gather(*sends)
-                recorder.event(f"burst: all {messages} sent ({time.time() - started:.1f}s)")
+                recorder.event(f"burst: all {messages} sent ({duration(time.time() - started)})")
 
     async def _wait_for_end(self, settled: asyncio.Event, stop: asyncio.Event) -> None:
         waiters = [asyncio.create_task(settled.wait()), asyncio.create_task(stop.wait())]
@@ -485,7 +486,8 @@ class Demo:
             f"p95 {facts['wait_p95_seconds']}s",
             file=self.out,
         )
-        print(f"stopped Azurite (pid {record.azurite_pid}) and {len(pids)} worker processes "
+        workers = plural(len(pids), "worker process", "worker processes")
+        print(f"stopped Azurite (pid {record.azurite_pid}) and {workers} "
               f"(pids {', '.join(str(p) for p in pids) or 'none'})", file=self.out)
         print(f"report: {report}", file=self.out)
         print(f"summary: {options.out_dir / 'demo-summary.json'}", file=self.out, flush=True)
