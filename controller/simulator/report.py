@@ -11,6 +11,7 @@ from pathlib import Path
 from controller.simulator.run import Metrics, RunResult, percentile
 from controller.simulator.scenario import Scenario
 from controller.simulator.world import Sample
+from controller.textfmt import duration
 
 TIMELINE_COLUMNS = ("t", "policy", "arrivals", "visible", "approximate_count", "in_flight", "desired",
                     "ready_replicas")
@@ -61,18 +62,27 @@ def _metric(metrics: Metrics, key: str) -> object:
     return value
 
 
-def format_table(scenario: Scenario, results: Sequence[RunResult]) -> str:
-    """One column per policy, one row per metric."""
+def scenario_facts(scenario: Scenario) -> str:
+    """The scenario's length, seed, objective, workers and queue, in one line."""
+    w = scenario.workers
+    return (
+        f"{duration(scenario.duration)}, seed {scenario.seed}, SLO wait {duration(scenario.slo_wait)}; "
+        f"workers: start-up {duration(w.startup_delay)}, service {w.service_time.distribution} mean "
+        f"{duration(w.service_time.average)}, {w.concurrency} per pod, scale-in {w.scale_in}; "
+        f"queue: visibility timeout {duration(scenario.queue.visibility_timeout)}"
+    )
+
+
+def format_table(scenario: Scenario, results: Sequence[RunResult], *, wide: bool = False) -> str:
+    """One column per policy, one row per metric; `wide` also says the scenario's workers and queue."""
     header = ["", *(r.label for r in results)]
     rows = [header]
     for key, heading, _better in ROWS:
         rows.append([heading, *(_fmt(_metric(r.metrics, key)) for r in results)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        f"scenario {scenario.name}: {scenario.duration / 3600:g} h, seed {scenario.seed}, "
-        f"SLO wait {scenario.slo_wait:g} s",
-        "",
-    ]
+    head = (scenario_facts(scenario) if wide
+            else f"{duration(scenario.duration)}, seed {scenario.seed}, SLO wait {duration(scenario.slo_wait)}")
+    lines = [f"scenario {scenario.name}: {head}", ""]
     for index, row in enumerate(rows):
         cells = [row[0].ljust(widths[0]), *(cell.rjust(widths[i + 1]) for i, cell in enumerate(row[1:]))]
         lines.append("  ".join(cells).rstrip())
@@ -260,13 +270,7 @@ def render_html(scenario: Scenario, results: Sequence[RunResult]) -> str:
                           y_label="replicas", step=True)
     ready = line_chart("Ready replicas", _series(results, divisor, lambda s: s.ready_replicas), x_label=x_label,
                        y_label="replicas", step=True)
-    w = scenario.workers
-    facts = (
-        f"{scenario.duration / 3600:g} h, seed {scenario.seed}, SLO wait {scenario.slo_wait:g} s; "
-        f"workers: start-up {w.startup_delay:g} s, service {w.service_time.distribution} mean "
-        f"{w.service_time.average:g} s, {w.concurrency} per pod, scale-in {w.scale_in}; "
-        f"queue: visibility timeout {scenario.queue.visibility_timeout:g} s"
-    )
+    facts = scenario_facts(scenario)
     title = f"queuescale simulation: {scenario.name}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
