@@ -8,7 +8,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """The demo's knobs; the defaults make a run of about 1.5 minutes."""
+    """The demo's knobs; the defaults make the run docs/demo.md times (tests/test_docs.py checks its figures)."""
 
     burst: int = 160
     burst_at: float = 5.0  # seconds after the rule starts
