@@ -32,19 +32,19 @@ def render(record: DemoRecord) -> str:
     queue = line_chart(
         "Queue: approximate message count, as the rule polled it",
         [("approximate count", QUEUE, ts, [float(s.count or 0) for s in samples])],
-        x_label="seconds since the rule started", y_label="messages",
+        x_label="seconds since the rule started", y_label="messages", x_unit_seconds=1.0,
     )
     workers = line_chart(
         "Workers: asked for and ready",
         [("desired", DESIRED, ts, [float(s.desired or 0) for s in samples]),
          ("ready", READY, ts, [float(s.ready or 0) for s in samples])],
-        x_label="seconds since the rule started", y_label="worker processes", step=True,
+        x_label="seconds since the rule started", y_label="worker processes", step=True, x_unit_seconds=1.0,
     )
     work = line_chart(
         "Messages: sent and processed (cumulative)",
         [("sent", SENT, ts, [float(s.sent) for s in samples]),
          ("processed", PROCESSED, ts, [float(s.processed) for s in samples])],
-        x_label="seconds since the rule started", y_label="messages",
+        x_label="seconds since the rule started", y_label="messages", x_unit_seconds=1.0,
     )
     facts = record.facts()
     fact_rows = "".join(
