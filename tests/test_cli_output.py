@@ -159,6 +159,8 @@ def test_every_rule_file_argument_reads_standard_input_for_a_dash(unreachable_ru
     assert converted.returncode == 0 and "kind: QueueScaler" in converted.stdout
     simulated = cli("simulate", "--scenario", "flash-crowd", "--policy", "-", "-o", "name", stdin=text)
     assert simulated.stdout == "orders-worker\n", simulated.stderr
+    keda = cli("simulate", "--scenario", "flash-crowd", "--keda", "-", "-o", "name", stdin=(ROOT / KEDA).read_text())
+    assert keda.stdout == "queuescale-default\nkeda:orders-worker\n", keda.stderr
     recorded = cli("record", "-", "--duration", "1s", "--out", os.devnull, stdin=UNREACHABLE_RULE,
                    env=UNREACHABLE_ENV)
     assert "shop/orders-worker: the first poll failed" in recorded.stderr  # the rule came from stdin
