@@ -201,6 +201,16 @@ def test_a_bad_flag_value_is_a_usage_error_too(args: list[str], capsys: pytest.C
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.parametrize(("args", "flag"), [
+    (["demo", "--burst", "0", "--out", os.devnull], "--burst"),
+    (["record", ORDERS, "--duration", "0", "--out", os.devnull], "--duration"),
+], ids=["demo --burst", "record --duration"])
+def test_an_option_value_checked_after_parsing_is_a_usage_error_too(args: list[str], flag: str) -> None:
+    done = cli(*args)
+    assert done.returncode == 2
+    assert done.stdout == "" and f"{flag}: must be" in done.stderr
+
+
 @pytest.mark.parametrize("args", [
     ["check", "missing.yaml"],
     ["convert-keda", "missing.yaml"],
