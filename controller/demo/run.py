@@ -441,7 +441,7 @@ class Demo:
                 await asyncio.sleep(max(0.0, record.started + at - time.time()))
                 started = time.time()
                 record.bursts.append((record.t(started), messages))
-                recorder.event(f"burst of {messages} messages starts", record.t(started))
+                recorder.event(f"burst of {plural(messages, 'message')} starts", record.t(started))
 
                 def send(n: int) -> None:
                     queue.send_message(json.dumps({"n": n, "sent": time.time()}))
@@ -479,11 +479,12 @@ class Demo:
         pids = [p["pid"] for p in record.processes]
         print("", file=self.out)
         print(
-            f"{record.outcome}: {facts['messages_processed']} of {record.sent} messages processed in "
-            f"{facts['duration_seconds']}s; workers {_workers_path(facts)} "
-            f"({facts['scale_ups']} scale-ups, {facts['scale_downs']} scale-downs); first scale-out "
-            f"{facts['burst_to_first_scale_out_seconds']}s after the burst; wait p50 {facts['wait_p50_seconds']}s, "
-            f"p95 {facts['wait_p95_seconds']}s",
+            f"{record.outcome}: {facts['messages_processed']} of {plural(record.sent, 'message')} processed in "
+            f"{_seconds(facts['duration_seconds'])}; workers {_workers_path(facts)} "
+            f"({plural(_count(facts['scale_ups']), 'scale-up')}, "
+            f"{plural(_count(facts['scale_downs']), 'scale-down')}); "
+            f"first scale-out {_seconds(facts['burst_to_first_scale_out_seconds'])} after the burst; wait p50 "
+            f"{_seconds(facts['wait_p50_seconds'])}, p95 {_seconds(facts['wait_p95_seconds'])}",
             file=self.out,
         )
         workers = plural(len(pids), "worker process", "worker processes")
@@ -521,6 +522,15 @@ def _write_timeline(path: Path, record: DemoRecord) -> None:
         for s in record.samples:
             writer.writerow([round(s.t, 2), s.count, None if s.trend is None else round(s.trend, 3), s.desired,
                              s.ready, s.processed, s.sent, s.reason, s.message])
+
+
+def _seconds(value: object) -> str:
+    """A figure of the summary in seconds, printed as every duration is; `-` when there is none."""
+    return duration(float(value)) if isinstance(value, int | float) else "-"
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def run(options: DemoOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
