@@ -204,7 +204,8 @@ class RuleCheck:
         out.append(f"  count: {'unknown' if count is None else count}")
         decision = self.decision
         out.append(
-            f"  decision: {decision.current} -> {decision.desired} replicas ({decision.reason}): {decision.message}"
+            f"  decision: {decision.current} -> {plural(decision.desired, 'replica')} ({decision.reason}): "
+            f"{decision.message}"
         )
         return out
 
