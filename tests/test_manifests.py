@@ -600,7 +600,8 @@ def test_status_keeps_the_operators_own_fields(api: client.ApiClient) -> None:
 def test_the_condition_columns_are_the_filters_keda_users_read_in_kubectl_get_so() -> None:
     # KEDA's ScaledObject CRD prints READY and ACTIVE (and FALLBACK, PAUSED in later releases) as
     # `.status.conditions[?(@.type=="X")].status` (kedacore/keda config/crd/bases/keda.sh_scaledobjects.yaml);
-    # apiextensions-apiserver's tableconvertor evaluates it with k8s.io/client-go/util/jsonpath, which filters.
+    # apiextensions-apiserver accepts it (validation.go, validateSimpleJSONPath, asks only for a leading ".") and its
+    # tableconvertor (tableconvertor.go, New) evaluates it with k8s.io/client-go/util/jsonpath, which filters.
     columns = {c["name"]: c for c in CRD["spec"]["versions"][0]["additionalPrinterColumns"]}
     for condition in ("Active", "Fallback", "Paused"):
         assert columns[condition]["jsonPath"] == f'.status.conditions[?(@.type=="{condition}")].status'
