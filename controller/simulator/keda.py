@@ -26,7 +26,6 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import yaml
@@ -316,9 +315,11 @@ class ScaledObjectError(Exception):
 
 
 def load_scaled_objects(path: str) -> list[ScaledObject]:
-    """Every ScaledObject in a YAML file (other kinds are skipped); raises ScaledObjectError."""
+    """Every ScaledObject in a YAML file (`-`: standard input; other kinds are skipped); raises ScaledObjectError."""
+    from controller.rulefiles import read_input
+
     try:
-        docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+        docs = list(yaml.safe_load_all(read_input(path)))
     except OSError as exc:
         raise ScaledObjectError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     except yaml.YAMLError:
