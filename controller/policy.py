@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from controller.spec import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec, format_duration
+from controller.textfmt import plural
 
 
 class Reason(StrEnum):
@@ -376,7 +377,7 @@ def decide(
     )
 
     if paused:
-        return replace(base, reason=Reason.PAUSED, message=f"paused: holding {current} replicas")
+        return replace(base, reason=Reason.PAUSED, message=f"paused: holding {plural(current, 'replica')}")
 
     if observation.failed:
         return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope)
@@ -406,10 +407,11 @@ def _on_failure(
     if failures >= fallback.failure_threshold:
         floor = max(current, fallback.replicas or 0) if fallback.mode == "fixed" else current
         desired = _clamp(floor, bounds)
-        how = (f"raising to at least {fallback.replicas}" if fallback.mode == "fixed" else f"holding {current}")
+        how = (f"raising to at least {plural(fallback.replicas or 0, 'replica')}" if fallback.mode == "fixed"
+               else f"holding {plural(current, 'replica')}")
         return replace(
             base, desired=desired, memory=memory, reason=Reason.FALLBACK, fallback=True,
-            message=f"{failures} polls in a row failed ({what}); fallback: {how} replicas",
+            message=f"{failures} polls in a row failed ({what}); fallback: {how}",
         )
     desired = _clamp(current, bounds)
     if count is not None:

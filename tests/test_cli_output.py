@@ -355,7 +355,10 @@ def test_plurals_agree_with_their_count() -> None:
 # and a unit (`{x:g}s`, `{x / 3600:g} h`, `{x:.1f}s`) is the inconsistency coming back.
 FORMATTED_FILES = ["controller/cli.py", "controller/check.py", "controller/record.py", "controller/rulefiles.py",
                    "controller/simulator/command.py", "controller/simulator/report.py", "controller/demo/report.py",
-                   "controller/demo/run.py"]
+                   "controller/demo/run.py", "controller/reconciler.py", "controller/kube/status.py",
+                   "controller/simulator/scenario.py", "controller/sources/aws_sqs.py",
+                   "controller/sources/azure_queue.py", "controller/sources/retries.py", "controller/sources/rabbitmq.py",
+                   "controller/sources/redis_list.py"]
 AD_HOC_DURATION = re.compile(r"\{[^{}]*:[.0-9,]*[gfd]\}\s?(?:s|ms|h|min)\b|\{[^{}]*/ 3600[^{}]*\}")
 
 
@@ -368,6 +371,22 @@ def test_printed_durations_go_through_the_one_helper(path: str) -> None:
 def test_the_ad_hoc_duration_pattern_finds_the_old_forms() -> None:
     for old in ('f"{scenario.duration / 3600:g} h"', 'f"within {budget:g}s"', 'f"+{t:7.1f}s"'):
         assert AD_HOC_DURATION.search(old), old
+
+
+def test_policy_messages_agree_in_number() -> None:
+    """`holding 1 replica`, not `holding 1 replicas` (what a paused rule's status said)."""
+    from controller.policy import Observation, ScalingMemory, decide
+    from controller.spec import parse_queuescaler
+
+    rule = parse_queuescaler({
+        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+        "metadata": {"name": "r", "namespace": "ns", "annotations": {"queuescale.io/paused": "true"}},
+        "spec": {"scaleTargetRef": {"name": "w"}, "maxReplicas": 5,
+                 "sources": [{"type": "azure-queue", "queueName": "orders",
+                              "connectionSecretRef": {"name": "s", "key": "k"}}]}})
+    assert rule.paused
+    decision = decide(rule.spec, Observation(time=0.0, readings=()), [], 1, ScalingMemory(), 0.0, paused=True)
+    assert decision.message == "paused: holding 1 replica"
 
 
 def test_simulate_prints_a_short_scenario_in_seconds_not_a_fraction_of_an_hour(tmp_path: Path) -> None:

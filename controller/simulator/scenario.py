@@ -21,6 +21,7 @@ import numpy as np
 import yaml
 
 from controller.spec import FieldError, Fields, SpecError, parse_duration
+from controller.textfmt import duration
 
 DEFAULT_START = "2026-01-05T00:00:00Z"  # a Monday, so weekday schedules line up with day 0
 MAX_DURATION = 31 * 86400.0
@@ -208,7 +209,7 @@ def _parse_service_time(f: Fields, name: str) -> ServiceTime:
         low = s.duration("min")
         high = s.duration("max")
         if high <= low:
-            s.error("max", f"must be greater than min ({low:g}s), got {high:g}s")
+            s.error("max", f"must be greater than min ({duration(low)}), got {duration(high)}")
             high = low + 1.0
         s.finish()
         return ServiceTime("uniform", (low + high) / 2, minimum=low, maximum=high)
@@ -304,7 +305,7 @@ def _parse_arrival(item: object, path: str, errors: list[FieldError], base: Path
     end_s = _seconds(f, "end", None) if end is not None else None
     f.read.add("end")
     if end_s is not None and end_s <= start:
-        f.error("end", f"must be after start ({start:g}s), got {end_s:g}s")
+        f.error("end", f"must be after start ({duration(start)}), got {duration(end_s)}")
     delay = _seconds(f, "delay", 0.0)
     common = {"type": kind, "path": path, "start": start, "end": end_s, "delay": delay}
     arrival: Arrival | None = None
