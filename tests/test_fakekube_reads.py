@@ -358,7 +358,11 @@ def test_custom_resource_table_evaluates_the_printer_columns_as_the_crd_tablecon
     # JSONPath typed by the column (integer, number, date as an age); a missing value is a null cell.
     kube.create(rule("orders"))
     kube.store.update(kube.resource(f"{GROUP}/{VERSION}", "QueueScaler"), "default", "orders",
-                      {"metadata": {"name": "orders"}, "status": {"queueLength": 57, "desiredReplicas": 3}},
+                      {"metadata": {"name": "orders"}, "status": {
+                          "queueLength": 57, "desiredReplicas": 3,
+                          "conditions": [{"type": t, "status": v, "reason": "Test", "message": "",
+                                          "lastTransitionTime": "2026-11-24T00:00:00Z"}
+                                         for t, v in (("Ready", "True"), ("Active", "True"), ("Fallback", "False"))]}},
                       subresource="status")
     status, table = call(kube, f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}", accept=TABLE)
     assert status == 200
@@ -367,10 +371,11 @@ def test_custom_resource_table_evaluates_the_printer_columns_as_the_crd_tablecon
     columns = [(c["name"], c["type"]) for c in table["columnDefinitions"]]
     assert columns == [("Name", "string"), ("Target", "string"), ("Min", "integer"), ("Max", "integer"),
                        ("Queue", "number"), ("Desired", "integer"), ("Current", "integer"), ("Ready", "integer"),
-                       ("Age", "date")]
+                       ("Active", "string"), ("Fallback", "string"), ("Paused", "string"), ("Age", "date")]
     [row] = table["rows"]
-    assert row["cells"][:8] == ["orders", "worker", 1, 10, 57.0, 3, None, None]
-    assert row["cells"][8] in ("0s", "1s", "2s")
+    # The condition columns are JSONPath filters ([?(@.type=="Active")]): a condition that is absent is a null cell.
+    assert row["cells"][:11] == ["orders", "worker", 1, 10, 57.0, 3, None, None, "True", "False", None]
+    assert row["cells"][11] in ("0s", "1s", "2s")
     assert row["object"]["kind"] == "PartialObjectMetadata"
     assert row["object"]["apiVersion"] == "meta.k8s.io/v1"
     assert row["object"]["metadata"]["name"] == "orders" and "spec" not in row["object"]
@@ -459,7 +464,7 @@ def test_kubectl_text_is_rendered_from_the_servers_table(kube: FakeKube) -> None
     table = call(kube, f"/apis/{GROUP}/{VERSION}/{PLURAL}", accept=TABLE)[1]
     text = render(table, all_namespaces=True).splitlines()
     assert text[0].split() == ["NAMESPACE", "NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY",
-                               "AGE"]
+                               "ACTIVE", "FALLBACK", "PAUSED", "AGE"]
     assert text[1].split()[:5] == ["default", "orders", "worker", "1", "10"]
     assert text[1][text[0].index("QUEUE"):text[0].index("AGE")].strip() == ""
     assert kube.table("qs", "default").splitlines()[1].split()[:4] == ["orders", "worker", "1", "10"]
