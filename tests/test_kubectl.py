@@ -10,6 +10,7 @@ kubectl comes from scripts/bootstrap (`.tools/kubectl/kubectl`); the cases run i
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
@@ -31,6 +32,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 
 from tests.azurite import Azurite
 from tests.fakekube import FakeKube
+from tests.fakekube.tls import issue
 from tests.operator_harness import Operator, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -424,3 +426,34 @@ def test_the_operator_ran_as_its_service_account_without_a_forbidden_request(clu
     lease = json.loads(cluster.kubectl("get", "lease", "queuescale-operator", "-n", "queuescale-system",
                                        "-o", "json").stdout)
     assert lease["spec"]["holderIdentity"] == cluster.operator.env["POD_NAME"]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# TLS, as kubectl sees it (no installation needed)
+
+
+def test_kubectl_sends_its_token_over_tls_and_refuses_a_server_its_kubeconfig_does_not_trust(
+    fake_kube: FakeKube, tmp_path: Path
+) -> None:
+    # client-go sends a bearer token only over TLS and verifies the server against certificate-authority-data
+    # (k8s.io/client-go/transport/transport.go, TLSConfigFor); the fake's kubeconfig carries its per-run CA.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
+    env.update(HOME=str(tmp_path), KUBECACHEDIR=str(tmp_path / "cache"))
+    trusted = fake_kube.write_kubeconfig(tmp_path / "kubeconfig")
+    listed = subprocess.run([str(KUBECTL), "--kubeconfig", str(trusted), "get", "namespaces", "-o", "name"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert "namespace/default" in listed.stdout.splitlines()
+
+    other = fake_kube.kubeconfig()
+    other["clusters"][0]["cluster"]["certificate-authority-data"] = base64.b64encode(
+        issue("another-cluster-ca").ca_pem).decode()
+    untrusted = tmp_path / "untrusted-kubeconfig"
+    untrusted.write_text(yaml.safe_dump(other))
+    before = fake_kube.request_total
+    refused = subprocess.run([str(KUBECTL), "--kubeconfig", str(untrusted), "get", "namespaces"], env=env,
+                             capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 1
+    assert refused.stderr.splitlines()[-1] == ("Unable to connect to the server: tls: failed to verify certificate: "
+                                               "x509: certificate signed by unknown authority")
+    assert fake_kube.request_total == before, "no request may reach a server the client does not trust"
