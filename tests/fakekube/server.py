@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import printer, rbac, tls
+from tests.fakekube import options, printer, rbac, tls
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
 from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
@@ -476,7 +476,7 @@ class _WorkloadController:
             if obj is None:
                 return
             self.store.update(rt, key[1], key[2], {"metadata": {"name": key[2]}, "status": self._status(obj)},
-                              subresource="status")
+                              subresource="status", manager="kube-controller-manager")
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="fakekube-controller", daemon=True)
@@ -627,6 +627,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _decode(self, raw_body: bytes) -> Any:
         content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if content_type == options.APPLY:
+            try:  # an applied configuration is YAML (JSON is YAML too)
+                return yaml.safe_load(raw_body or b"null")
+            except yaml.YAMLError as error:
+                raise bad_request(f"error decoding YAML: {error}") from error
         if "yaml" in content_type:
             raise ApiError(415, "UnsupportedMediaType",
                            f'the body of the request was in an unknown format - accepted media types include: '
@@ -672,7 +677,10 @@ class _Handler(BaseHTTPRequestHandler):
         rt = route.rt
         namespace = route.namespace if rt.namespaced else ""
         self._authorize(method, route, params)
+        write = self._write_options(method, raw_body) if method in ("POST", "PUT", "PATCH", "DELETE") else None
         strict = params.get("fieldValidation") == "Strict"
+        dry_run = write is not None and write.dry_run
+        manager = write.manager if write is not None else ""
         if route.name is None:
             if method == "GET":
                 if _parse_bool(params.get("watch")):
@@ -693,7 +701,8 @@ class _Handler(BaseHTTPRequestHandler):
                 body = self._decode(raw_body)
                 if not isinstance(body, dict):
                     raise bad_request("the body must be an object")
-                self.send_json(201, store.create(rt, namespace or "", body, strict=strict))
+                self.send_json(201, store.create(rt, namespace or "", body, strict=strict, dry_run=dry_run,
+                                                 manager=manager))
                 return
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
         assert namespace is not None
@@ -705,11 +714,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_json(200, store.get_scale(rt, namespace, name))
             elif method == "PUT":
                 body = self._decode(raw_body)
-                self.send_json(200, store.update_scale(rt, namespace, name, body if isinstance(body, dict) else {}))
+                self.send_json(200, store.update_scale(rt, namespace, name, body if isinstance(body, dict) else {},
+                                                       dry_run=dry_run, manager=manager))
             elif method == "PATCH":
                 content_type = self.headers.get("Content-Type", "")
                 self.send_json(200, store.patch(rt, namespace, name, content_type, self._decode(raw_body),
-                                                subresource="scale"))
+                                                subresource="scale", dry_run=dry_run, manager=manager))
             else:
                 raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
                                "resource")
@@ -722,15 +732,22 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._decode(raw_body)
             if not isinstance(body, dict):
                 raise bad_request("the body must be an object")
-            self.send_json(200, store.update(rt, namespace, name, body, subresource=route.subresource, strict=strict))
+            self.send_json(200, store.update(rt, namespace, name, body, subresource=route.subresource, strict=strict,
+                                             dry_run=dry_run, manager=manager))
+        elif method == "PATCH" and write is not None and self.headers.get("Content-Type", "").startswith(options.APPLY):
+            applied, created = store.apply(rt, namespace, name, self._decode(raw_body), manager=manager,
+                                           force=write.force, subresource=route.subresource, strict=strict,
+                                           dry_run=dry_run)
+            self.send_json(201 if created else 200, applied)
         elif method == "PATCH":
             content_type = self.headers.get("Content-Type", "")
             self.send_json(200, store.patch(rt, namespace, name, content_type, self._decode(raw_body),
-                                            subresource=route.subresource, strict=strict))
+                                            subresource=route.subresource, strict=strict, dry_run=dry_run,
+                                            manager=manager))
         elif method == "DELETE" and not route.subresource:
-            options = self._decode(raw_body) if raw_body else {}
-            precondition = ((options or {}).get("preconditions") or {}).get("resourceVersion")
-            deleted = store.delete(rt, namespace, name, precondition)
+            delete_options = self._decode(raw_body) if raw_body else {}
+            precondition = ((delete_options or {}).get("preconditions") or {}).get("resourceVersion")
+            deleted = store.delete(rt, namespace, name, precondition, dry_run=dry_run)
             if rt.custom:
                 self.send_json(200, deleted)
             else:
@@ -739,6 +756,20 @@ class _Handler(BaseHTTPRequestHandler):
                                                  "uid": deleted["metadata"]["uid"]}})
         else:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    def _write_options(self, method: str, raw_body: bytes) -> options.WriteOptions:
+        """dryRun, fieldManager and force of a write, refused with the real 422 when invalid."""
+        query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query, keep_blank_values=True)
+        delete_body: Any = None
+        if method == "DELETE" and raw_body:
+            with contextlib.suppress(json.JSONDecodeError):
+                delete_body = json.loads(raw_body)
+        try:
+            return options.parse(method, query, self.headers.get("Content-Type", ""),
+                                 self.headers.get("User-Agent", ""), delete_body)
+        except options.OptionsError as error:
+            status = error.status
+            raise ApiError(422, "Invalid", status["message"], status["details"]) from error
 
     def _authorize(self, method: str, route: _Route, params: dict[str, str]) -> None:
         """Admin token: anything. ServiceAccount token: what its RBAC bindings allow. Anything else: 401."""

@@ -16,9 +16,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from tests.fakekube import patches, schema
+from tests.fakekube import apply as ssa
+from tests.fakekube import patches, schema, strategies, validation
 from tests.fakekube.resources import BUILTIN, CORE_EVENTS, CRDS, DEPLOYMENTS, NAMESPACES, Obj, ResourceType, from_crd
 
+# Writes made through the FakeKube helpers (tests' fixtures) rather than over HTTP.
+DEFAULT_MANAGER = "fakekube"
 _SYSTEM_METADATA = ("uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp", "selfLink")
 
 
@@ -56,9 +59,14 @@ def conflict(rt: ResourceType, name: str) -> ApiError:
 
 
 def invalid(rt: ResourceType, name: str, field: str, message: str) -> ApiError:
-    return ApiError(422, "Invalid", f'{rt.kind} "{name}" is invalid: {field}: {message}',
-                    {"name": name, "group": rt.group, "kind": rt.kind,
-                     "causes": [{"reason": "FieldValueInvalid", "message": message, "field": field}]})
+    """A 422 for one field, worded like `errors.NewInvalid` (`Kind.group "name" is invalid: field: message`)."""
+    reason = "FieldValueRequired" if message.startswith("Required value") else "FieldValueInvalid"
+    return invalid_fields(rt, name, [validation.FieldError(reason, field, text=message)])
+
+
+def invalid_fields(rt: ResourceType, name: str, errors: list[validation.FieldError]) -> ApiError:
+    status = validation.invalid_status(rt.kind, rt.group, name, errors)
+    return ApiError(422, "Invalid", status["message"], status["details"])
 
 
 def bad_request(message: str) -> ApiError:
@@ -183,7 +191,9 @@ class Store:
             raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
                            {"name": namespace, "kind": "namespaces"})
 
-    def create(self, rt: ResourceType, namespace: str, body: Obj, *, strict: bool = False) -> Obj:
+    def create(self, rt: ResourceType, namespace: str, body: Obj, *, strict: bool = False, dry_run: bool = False,
+               manager: str = DEFAULT_MANAGER) -> Obj:
+        """POST. With `dry_run` the object is defaulted, validated and answered as it would be, but not stored."""
         with self.lock:
             obj = copy.deepcopy(body)
             meta = obj.setdefault("metadata", {})
@@ -207,6 +217,7 @@ class Store:
                                {"name": name, "group": rt.group, "kind": rt.plural})
             for key in _SYSTEM_METADATA:
                 meta.pop(key, None)
+            meta.pop("managedFields", None)  # the server keeps its own record (see apply.py)
             meta["uid"] = str(uuid.uuid4())
             meta["creationTimestamp"] = now_rfc3339()
             if rt.generation:
@@ -226,7 +237,13 @@ class Store:
                 if involved and involved != namespace:
                     raise invalid(rt, name, "involvedObject.namespace",
                                   f'Invalid value: "{involved}": does not match event.namespace')
+            strategies.prepare(rt, obj)
             self._admit(rt, obj, strict=strict)
+            ssa.record_update(None, obj, shape=shape_of(rt), manager=manager, api_version=rt.api_version,
+                              subresource="", status_subresource=rt.status_subresource)
+            if dry_run:
+                # DryRunnableStorage.Create: an existing name is still 409, nothing is stored, no resourceVersion.
+                return self._present(rt, obj)
             return self._commit(rt, "ADDED", obj, None)
 
     def _current(self, rt: ResourceType, namespace: str, name: str) -> Obj:
@@ -246,7 +263,7 @@ class Store:
         return meta
 
     def update(self, rt: ResourceType, namespace: str, name: str, body: Obj, *, subresource: str = "",
-               strict: bool = False) -> Obj:
+               strict: bool = False, dry_run: bool = False, manager: str = DEFAULT_MANAGER) -> Obj:
         """PUT: the whole object (or only its status, for the status subresource), with optimistic concurrency."""
         with self.lock:
             current = self._current(rt, namespace, name)
@@ -255,10 +272,11 @@ class Store:
             sent_version = meta.get("resourceVersion")
             if sent_version not in (None, "") and str(sent_version) != current["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
-            return self._write(rt, current, body, subresource, strict=strict)
+            return self._write(rt, current, body, subresource, strict=strict, dry_run=dry_run, manager=manager)
 
     def patch(self, rt: ResourceType, namespace: str, name: str, content_type: str, patch: Any, *,
-              subresource: str = "", strict: bool = False) -> Obj:
+              subresource: str = "", strict: bool = False, dry_run: bool = False,
+              manager: str = DEFAULT_MANAGER) -> Obj:
         with self.lock:
             current = self._current(rt, namespace, name)
             presented = self._present(rt, current)
@@ -272,10 +290,53 @@ class Store:
             if str(meta.get("resourceVersion", "")) != str(presented["metadata"].get("resourceVersion", "")):
                 raise conflict(rt, name)
             if subresource == "scale":
-                return self._write_scale(rt, current, patched)
-            return self._write(rt, current, patched, subresource, strict=strict)
+                return self._write_scale(rt, current, patched, dry_run=dry_run, manager=manager)
+            return self._write(rt, current, patched, subresource, strict=strict, dry_run=dry_run, manager=manager)
 
-    def _write(self, rt: ResourceType, current: Obj, body: Obj, subresource: str, *, strict: bool = False) -> Obj:
+    def apply(self, rt: ResourceType, namespace: str, name: str, config: Any, *, manager: str, force: bool = False,
+              subresource: str = "", strict: bool = False, dry_run: bool = False) -> tuple[Obj, bool]:
+        """Server-side apply (PATCH application/apply-patch+yaml): create the object if absent, else merge the
+        configuration in, tracking field ownership (see apply.py). Returns the object and whether it was created."""
+        with self.lock:
+            if not isinstance(config, dict):
+                raise bad_request("the applied configuration must be an object")
+            if config.get("kind") != rt.kind or config.get("apiVersion") != rt.api_version:
+                # versioncheck.go: the applied object must be exactly this group, version and kind.
+                group, _, version = str(config.get("apiVersion") or "").rpartition("/")
+                raise bad_request(f"invalid object type: {group}/{version}, Kind={config.get('kind') or ''}")
+            if (config.get("metadata") or {}).get("managedFields") is not None:
+                raise bad_request("metadata.managedFields must be nil")  # structuredmerge.go Apply
+            self._check_identity(rt, namespace, name, {**config, "metadata": config.get("metadata") or {}})
+            live = self.objects[rt.key].get((namespace, name))
+            if subresource not in ("", "status") or (live is None and subresource):
+                raise not_found(rt, name)
+            try:
+                merged = ssa.apply(live, config, shape=shape_of(rt), manager=manager, api_version=rt.api_version,
+                                   force=force, subresource=subresource, status_subresource=rt.status_subresource)
+            except ssa.ApplyConflict as error:
+                status = error.status()
+                raise ApiError(409, "Conflict", status["message"], status["details"]) from error
+            if live is None:
+                meta = merged.setdefault("metadata", {})
+                meta["name"] = name
+                managed = meta.pop("managedFields", None)
+                created = self.create(rt, namespace, {**merged, "apiVersion": rt.api_version, "kind": rt.kind},
+                                      strict=strict, dry_run=True, manager=manager)
+                created["metadata"]["managedFields"] = managed
+                created.pop("apiVersion", None)
+                created.pop("kind", None)
+                if dry_run:
+                    return self._present(rt, created), True
+                return self._commit(rt, "ADDED", created, None), True
+            return self._write(rt, live, merged, subresource, strict=strict, dry_run=dry_run, manager=manager,
+                               applied=True), False
+
+    def _write(self, rt: ResourceType, current: Obj, body: Obj, subresource: str, *, strict: bool = False,
+               dry_run: bool = False, manager: str = DEFAULT_MANAGER, applied: bool = False,
+               through: str | None = None) -> Obj:
+        """Store `body` over `current` through `subresource`: defaulting and validation first, then
+        metadata.generation (so a write that only spells out defaults bumps nothing), then field ownership (by an
+        apply already done when `applied`; `through` names the subresource the manager used, e.g. scale)."""
         previous = copy.deepcopy(current)
         name = current["metadata"]["name"]
         if subresource == "status":
@@ -306,16 +367,31 @@ class Store:
                     new["status"] = copy.deepcopy(current["status"])
                 else:
                     new.pop("status", None)
+            strategies.prepare(rt, new)
+        self._admit(rt, new, strict=strict, old=current)
+        if not subresource:
+            meta = new["metadata"]
             annotations_changed = meta.get("annotations") != current["metadata"].get("annotations")
-            # The Deployment registry also bumps generation on annotation changes (they are copied to its
+            # Compared after defaulting, as the registries' PrepareForUpdate sees decoded (defaulted) objects. The
+            # Deployment registry also bumps generation on annotation changes (they are copied to its
             # ReplicaSets); custom resources and other kinds bump it on spec changes only.
             if rt.generation and (_spec_of(new) != _spec_of(current)
                                   or (rt.key == DEPLOYMENTS.key and annotations_changed)):
                 meta["generation"] = int(current["metadata"].get("generation", 1)) + 1
-        self._admit(rt, new, strict=strict, old=current)
+        if applied:
+            new["metadata"]["managedFields"] = copy.deepcopy(body["metadata"].get("managedFields"))
+            if new["metadata"]["managedFields"] is None:
+                del new["metadata"]["managedFields"]
+        else:
+            ssa.record_update(current, new, shape=shape_of(rt), manager=manager, api_version=rt.api_version,
+                              subresource=through if through is not None else subresource,
+                              status_subresource=rt.status_subresource)
         if new == current:
             # A no-op write does not change resourceVersion and sends no watch event, as in the real server.
             return self._present(rt, current)
+        if dry_run:
+            # DryRunnableStorage.GuaranteedUpdate: the object as it would be, with the live resourceVersion.
+            return self._present(rt, new)
         return self._commit(rt, "MODIFIED", new, previous)
 
     def _admit(self, rt: ResourceType, obj: Obj, *, strict: bool = False, old: Obj | None = None) -> None:
@@ -339,20 +415,19 @@ class Store:
             del obj[key]
         obj.update(defaulted)
         previous = None if old is None else {k: v for k, v in old.items() if k != "metadata"}
-        errors = schema.validation_errors(defaulted, rt.schema) or schema.cel_errors(defaulted, rt.schema,
-                                                                                      old=previous)
+        errors = validation.custom_resource_errors(defaulted, rt.schema, previous)
         if errors:
-            name = str(obj["metadata"].get("name", ""))
-            causes = [{"reason": "FieldValueInvalid", "message": message, "field": path} for path, message in errors]
-            summary = ", ".join(f"{path}: {message}" for path, message in errors)
-            raise ApiError(422, "Invalid", f'{rt.kind}.{rt.group} "{name}" is invalid: [{summary}]',
-                           {"name": name, "group": rt.group, "kind": rt.kind, "causes": causes})
+            raise invalid_fields(rt, str(obj["metadata"].get("name", "")), errors)
 
-    def delete(self, rt: ResourceType, namespace: str, name: str, precondition_version: str | None = None) -> Obj:
+    def delete(self, rt: ResourceType, namespace: str, name: str, precondition_version: str | None = None, *,
+               dry_run: bool = False) -> Obj:
+        """DELETE, with preconditions; with `dry_run` the checks run and the object stays."""
         with self.lock:
             current = self._current(rt, namespace, name)
             if precondition_version and precondition_version != current["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
+            if dry_run:
+                return self._present(rt, current)
             return self._commit(rt, "DELETED", copy.deepcopy(current), copy.deepcopy(current))
 
     # ----------------------------------------------------------------------------------------------------------
@@ -378,7 +453,8 @@ class Store:
                 raise not_found(rt, name)
             return self.scale_of(self._current(rt, namespace, name))
 
-    def update_scale(self, rt: ResourceType, namespace: str, name: str, body: Obj) -> Obj:
+    def update_scale(self, rt: ResourceType, namespace: str, name: str, body: Obj, *, dry_run: bool = False,
+                     manager: str = DEFAULT_MANAGER) -> Obj:
         with self.lock:
             if not rt.scale_subresource:
                 raise not_found(rt, name)
@@ -387,9 +463,10 @@ class Store:
             sent_version = meta.get("resourceVersion")
             if sent_version not in (None, "") and str(sent_version) != current["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
-            return self._write_scale(rt, current, body)
+            return self._write_scale(rt, current, body, dry_run=dry_run, manager=manager)
 
-    def _write_scale(self, rt: ResourceType, current: Obj, scale: Obj) -> Obj:
+    def _write_scale(self, rt: ResourceType, current: Obj, scale: Obj, *, dry_run: bool = False,
+                     manager: str = DEFAULT_MANAGER) -> Obj:
         replicas = (scale.get("spec") or {}).get("replicas")
         name = current["metadata"]["name"]
         if isinstance(replicas, bool) or not isinstance(replicas, int):
@@ -401,7 +478,7 @@ class Store:
                            {"name": name, "group": "autoscaling", "kind": "Scale"})
         new = copy.deepcopy(current)
         new.setdefault("spec", {})["replicas"] = replicas
-        written = self._write(rt, current, new, "")
+        written = self._write(rt, current, new, "", dry_run=dry_run, manager=manager, through="scale")
         return self.scale_of(written)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -419,6 +496,13 @@ class Store:
             self.history.clear()
             self.compacted = self.revision
             return self.compacted
+
+
+def shape_of(rt: ResourceType) -> ssa.Shape:
+    """How apply merges this kind: by its CRD schema, or by the built-in list keys."""
+    if rt.custom:
+        return ssa.Shape(rt.schema or {})
+    return ssa.Shape(None)
 
 
 def _spec_of(obj: Obj) -> Obj:

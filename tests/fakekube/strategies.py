@@ -1,0 +1,29 @@
+"""Per-kind rules the real registries apply to a written object before it is validated and stored."""
+
+from __future__ import annotations
+
+import base64
+
+from tests.fakekube.resources import SECRETS, Obj, ResourceType
+
+
+def prepare(rt: ResourceType, obj: Obj) -> None:
+    """Normalize a written object in place, as decoding it into the internal type does upstream."""
+    if rt.key == SECRETS.key:
+        _merge_string_data(obj)
+
+
+def _merge_string_data(secret: Obj) -> None:
+    """A Secret's `stringData` is write-only: each key is base64-encoded into `data`, overwriting it, and the field
+    itself is never stored nor returned (k8s.io/kubernetes `pkg/apis/core/v1/conversion.go`,
+    `Convert_v1_Secret_To_core_Secret`: "StringData overwrites Data"; the internal Secret has no StringData).
+    `type` defaults to Opaque (`pkg/apis/core/v1/defaults.go`, `SetDefaults_Secret`)."""
+    string_data = secret.pop("stringData", None)
+    if isinstance(string_data, dict) and string_data:
+        data = secret.get("data")
+        if not isinstance(data, dict):
+            data = {}
+        for key, text in string_data.items():
+            data[str(key)] = base64.b64encode(str(text).encode()).decode()
+        secret["data"] = data
+    secret.setdefault("type", "Opaque")
