@@ -294,8 +294,7 @@ def test_kubectl_wait_for_condition_ready_returns_when_the_operator_says_ready(c
     # condition.go, ConditionalWait.checkCondition).
     ready = cluster.kubectl("wait", "--for=condition=Ready", f"qs/{RULE}", "-n", NS, "--timeout=30s")
     assert ready.stdout == f"queuescaler.queuescale.io/{RULE} condition met\n"
-    broken = example(EXAMPLE_RULE, **{f"name: {RULE}\n  namespace": "name: broken\n  namespace",
-                                      "name: orders-queue": "name: no-such-secret"})
+    broken = another_rule(cluster.rule_manifest, "broken").replace("name: orders-queue", "name: no-such-secret")
     cluster.kubectl("apply", "-f", "-", stdin=broken)
     try:
         not_ready = cluster.kubectl("wait", "--for=condition=Ready=False", "qs/broken", "-n", NS, "--timeout=30s")
@@ -310,6 +309,15 @@ def test_kubectl_wait_for_condition_ready_returns_when_the_operator_says_ready(c
 
 # ----------------------------------------------------------------------------------------------------------------
 # Changing rules
+
+
+def another_rule(manifest: str, name: str) -> str:
+    """The example rule under another name and on a worker of its own, so it never competes with the first."""
+    for old, new in ((f"name: {RULE}\n  namespace", f"name: {name}\n  namespace"),
+                     (f"    name: {RULE}          #", f"    name: {name}-worker          #")):
+        assert manifest.count(old) == 1, old
+        manifest = manifest.replace(old, new)
+    return manifest
 
 
 def spec_and_generation(cluster: Cluster, name: str = RULE) -> tuple[Any, Any, Any]:
@@ -336,7 +344,7 @@ def test_kubectl_diff_and_apply_dry_run_server_change_nothing(cluster: Cluster) 
 
     dry_run = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=bigger)
     assert dry_run.stdout == f"queuescaler.queuescale.io/{RULE} configured (server dry run)\n"
-    another = bigger.replace(f"name: {RULE}\n  namespace", "name: dry-run-only\n  namespace")
+    another = another_rule(bigger, "dry-run-only")
     dry_create = cluster.kubectl("apply", "--dry-run=server", "-f", "-", stdin=another)
     assert dry_create.stdout == "queuescaler.queuescale.io/dry-run-only created (server dry run)\n"
 
@@ -355,22 +363,29 @@ def test_kubectl_apply_server_side_owns_its_fields_and_an_unchanged_apply_change
     crd_after = cluster.fake.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", "queuescalers.queuescale.io")
     assert crd_after["metadata"]["generation"] == crd_before["metadata"]["generation"]
 
-    applied = cluster.rule_manifest.replace(f"name: {RULE}\n  namespace", "name: applied\n  namespace")
-    first = cluster.kubectl("apply", "--server-side", "-f", "-", stdin=applied)
-    assert first.stdout == "queuescaler.queuescale.io/applied serverside-applied\n"
-    rule = cluster.fake.get("queuescale.io/v1alpha1", "QueueScaler", "applied", NS)
-    managers = {(m["manager"], m["operation"]) for m in rule["metadata"]["managedFields"]}
-    assert ("kubectl", "Apply") in managers, managers
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=applied)
-    assert spec_and_generation(cluster, "applied")[1] == 1
-    cluster.kubectl("apply", "--server-side", "-f", "-", stdin=applied.replace("maxReplicas: 50", "maxReplicas: 40"))
-    assert spec_and_generation(cluster, "applied")[:2] == (
-        {**rule["spec"], "maxReplicas": 40}, 2)
-    conflict = cluster.kubectl("apply", "--server-side", "--field-manager=someone-else", "-f", "-",
-                               stdin=applied.replace("maxReplicas: 50", "maxReplicas: 30"), check=False)
-    assert conflict.returncode == 1
-    assert 'conflict with "kubectl": .spec.maxReplicas' in conflict.stderr, conflict.stderr
-    cluster.kubectl("delete", "qs", "applied", "-n", NS)
+    applied = another_rule(cluster.rule_manifest, "applied")
+    try:
+        first = cluster.kubectl("apply", "--server-side", "-f", "-", stdin=applied)
+        assert first.stdout == "queuescaler.queuescale.io/applied serverside-applied\n"
+        rule = cluster.fake.get("queuescale.io/v1alpha1", "QueueScaler", "applied", NS)
+        managers = {(m["manager"], m["operation"]) for m in rule["metadata"]["managedFields"]}
+        assert ("kubectl", "Apply") in managers, managers
+        cluster.kubectl("apply", "--server-side", "-f", "-", stdin=applied)
+        assert spec_and_generation(cluster, "applied")[1] == 1
+        cluster.kubectl("apply", "--server-side", "-f", "-",
+                        stdin=applied.replace("maxReplicas: 50", "maxReplicas: 40"))
+        assert spec_and_generation(cluster, "applied")[:2] == ({**rule["spec"], "maxReplicas": 40}, 2)
+        # Another manager setting a field kubectl owns to another value is a conflict, not a silent takeover.
+        partial = {"apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+                   "metadata": {"name": "applied", "namespace": NS}, "spec": {"maxReplicas": 30}}
+        conflict = cluster.kubectl("apply", "--server-side", "--field-manager=someone-else", "-f", "-",
+                                   stdin=yaml.safe_dump(partial), check=False)
+        assert conflict.returncode == 1
+        assert conflict.stderr.splitlines()[0] == \
+            'error: Apply failed with 1 conflict: conflict with "kubectl": .spec.maxReplicas', conflict.stderr
+        assert spec_and_generation(cluster, "applied")[1] == 2
+    finally:
+        cluster.kubectl("delete", "qs", "applied", "-n", NS, "--ignore-not-found")
 
 
 def test_kubectl_explain_qs_spec_lists_the_crd_fields(cluster: Cluster) -> None:
