@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -96,44 +97,61 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run = commands.add_parser(
         "run", help="run the operator", description="Watch QueueScalers and scale their targets.",
     )
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster config, then ~/.kube/config)")
-    run.add_argument("--context", help="kubeconfig context")
+    run.add_argument("--kubeconfig", metavar="FILE",
+                     help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
+    run.add_argument("--context", help="kubeconfig context (default: the kubeconfig's current-context)")
     run.add_argument("--namespace", action="append", metavar="NS",
                      help="watch only this namespace (repeatable; default: all namespaces)")
-    run.add_argument("--selector", help="watch only rules with these labels (e.g. shard=a), to shard rules")
-    run.add_argument("--leader-elect", action="store_true", help="only the holder of a Lease scales")
-    run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "queuescale-system"))
-    run.add_argument("--lease-name", default="queuescale-operator")
+    run.add_argument("--selector", metavar="LABELS",
+                     help="watch only rules with these labels (e.g. shard=a), to shard rules (default: every rule)")
+    run.add_argument("--leader-elect", action="store_true",
+                     help="only the holder of a Lease scales (default: off, every replica scales)")
+    run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "queuescale-system"),
+                     metavar="NS", help="namespace of the leader election Lease (default: $POD_NAMESPACE, else "
+                     "queuescale-system)")
+    run.add_argument("--lease-name", default="queuescale-operator", metavar="NAME",
+                     help="name of the leader election Lease (default: %(default)s)")
     run.add_argument("--identity", default=os.environ.get("POD_NAME", ""),
-                     help="leader election identity (default: POD_NAME, else host name and process id)")
-    run.add_argument("--lease-duration", type=_duration, default=15.0)
-    run.add_argument("--renew-deadline", type=_duration, default=10.0)
-    run.add_argument("--retry-period", type=_duration, default=2.0)
-    run.add_argument("--bind-address", default="0.0.0.0", help="address for the health and metrics servers")
-    run.add_argument("--metrics-port", type=int, default=8080)
-    run.add_argument("--health-port", type=int, default=8081)
-    run.add_argument("--status-interval", type=_duration, default=30.0,
+                     help="leader election identity (default: $POD_NAME, else host name and process id)")
+    run.add_argument("--lease-duration", type=_duration, default=15.0, metavar="T",
+                     help="how long a Lease holds without renewal before another replica may take it (default 15s)")
+    run.add_argument("--renew-deadline", type=_duration, default=10.0, metavar="T",
+                     help="the leader stops scaling if it cannot renew its Lease within this (default 10s)")
+    run.add_argument("--retry-period", type=_duration, default=2.0, metavar="T",
+                     help="how often to try to take or renew the Lease (default 2s)")
+    run.add_argument("--bind-address", default="0.0.0.0", metavar="ADDRESS",
+                     help="address for the health and metrics servers (default: %(default)s, every interface)")
+    run.add_argument("--metrics-port", type=int, default=8080, metavar="PORT",
+                     help="Prometheus metrics on /metrics (default %(default)s; 0: any free port)")
+    run.add_argument("--health-port", type=int, default=8081, metavar="PORT",
+                     help="/healthz and /readyz (default %(default)s; 0: any free port)")
+    run.add_argument("--status-interval", type=_duration, default=30.0, metavar="T",
                      help="write status changes that are only counts at most this often (default 30s)")
-    run.add_argument("--status-heartbeat", type=_duration, default=300.0,
+    run.add_argument("--status-heartbeat", type=_duration, default=300.0, metavar="T",
                      help="rewrite a status whose only change is lastPollTime this often (default 5m)")
-    run.add_argument("--status-rate", type=float, default=50.0,
+    run.add_argument("--status-rate", type=float, default=50.0, metavar="N",
                      help="average count-only and heartbeat status writes per second over all rules (default 50): "
                           "with many rules each one's counts are written less often; 0: no limit")
-    run.add_argument("--secret-ttl", type=_duration, default=30.0,
+    run.add_argument("--secret-ttl", type=_duration, default=30.0, metavar="T",
                      help="how long a Secret read is reused (default 30s; an auth error from a queue drops it)")
-    run.add_argument("--target-refresh", type=_duration, default=60.0,
+    run.add_argument("--target-refresh", type=_duration, default=60.0, metavar="T",
                      help="re-read a target's scale this often when no scaling is due (default 1m; a tick that "
                           "would scale always reads it first; 0 reads it every tick)")
-    run.add_argument("--max-concurrent-ticks", type=_positive_int, default=500,
+    run.add_argument("--max-concurrent-ticks", type=_positive_int, default=500, metavar="N",
                      help="ticks in progress at once over all rules (default 500): when the process has more due "
                           "than it has CPU for, ticks start late rather than all at once and each timing out")
-    run.add_argument("--log-format", choices=("text", "json"), default="text")
-    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+    run.add_argument("--log-format", choices=("text", "json"), default="text",
+                     help="text for people, json (one object per line) for log collectors (default %(default)s)")
+    run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",
+                     help="the least severe level logged (default %(default)s)")
     run.set_defaults(handler=_run)
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from controller.simulator.command import SimulateRequest, run
+
+    if args.scenario is None and not args.list:
+        args.parser.error("give --scenario NAME|FILE (see --list for the built-in ones)")  # exit 2: a usage error
 
     return run(SimulateRequest(
         scenario=args.scenario, policies=args.policy, keda=args.keda, static=args.static,
@@ -192,19 +210,19 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.add_argument("--second-burst", type=int, default=d.second_burst, metavar="N",
                       help=f"messages of a second burst, 0 for none (default {d.second_burst})")
     demo.add_argument("--second-burst-at", type=_duration, default=d.second_burst_at, metavar="T",
-                      help=f"default {d.second_burst_at:g}s")
+                      help=f"when, after the rule starts (default {d.second_burst_at:g}s)")
     demo.add_argument("--work-time", type=_duration, default=d.work_time, metavar="T",
                       help=f"work per message (default {d.work_time:g}s)")
     demo.add_argument("--polling-interval", type=_duration, default=d.polling_interval, metavar="T",
-                      help=f"default {d.polling_interval:g}s")
+                      help=f"the rule's pollingInterval (default {d.polling_interval:g}s)")
     demo.add_argument("--max-workers", type=int, default=d.max_workers, metavar="N",
-                      help=f"default {d.max_workers}")
+                      help=f"the rule's maxReplicas, 1 to 64 (default {d.max_workers})")
     demo.add_argument("--target-per-replica", type=float, default=d.target_per_replica, metavar="N",
                       help=f"messages per worker (default {d.target_per_replica:g})")
     demo.add_argument("--scale-down-delay", type=_duration, default=d.scale_down_delay, metavar="T",
-                      help=f"default {d.scale_down_delay:g}s")
+                      help=f"the rule's scaleDown.delay (default {d.scale_down_delay:g}s)")
     demo.add_argument("--scale-to-zero-delay", type=_duration, default=d.scale_to_zero_delay, metavar="T",
-                      help=f"default {d.scale_to_zero_delay:g}s")
+                      help=f"the rule's scaleToZeroDelay (default {d.scale_to_zero_delay:g}s)")
     demo.add_argument("--max-duration", type=_duration, default=d.max_duration, metavar="T",
                       help=f"stop anyway after this (exit 1; default {d.max_duration:g}s)")
     demo.add_argument("--out", default=str(d.out_dir), metavar="DIR",
@@ -226,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
         "validate", help="check QueueScaler YAML files", description="Check QueueScaler YAML files; "
         "print every error as FILE: NAME: field.path: message; exit 1 on any error.",
     )
-    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument("files", nargs="+", metavar="FILE", help="YAML files of QueueScaler rules")
     validate.set_defaults(handler=_validate)
 
     check = commands.add_parser(
@@ -236,10 +254,13 @@ def build_parser() -> argparse.ArgumentParser:
         "manifests (--secrets, or in RULE) or from env QUEUESCALE_SECRET_<NAME>_<KEY>.",
     )
     check.add_argument("rule", metavar="RULE", help="a YAML file of QueueScaler rules")
-    check.add_argument("--secrets", metavar="SECRETS", help="a YAML file of Kubernetes Secret manifests")
+    check.add_argument("--secrets", metavar="SECRETS",
+                       help="a YAML file of Kubernetes Secret manifests (default: those in RULE, then env "
+                       "QUEUESCALE_SECRET_<NAME>_<KEY>)")
     check.add_argument("--current-replicas", type=_replicas, default=0, metavar="N",
                        help="the replica count to decide from (default 0)")
-    check.add_argument("--json", action="store_true", help="one JSON object per rule, one per line")
+    check.add_argument("--json", action="store_true",
+                       help="one JSON object per rule, one per line (default: a table for people)")
     check.set_defaults(handler=_check)
 
     simulate = commands.add_parser(
@@ -247,31 +268,36 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a scenario (built-in name or YAML file) against QueueScaler rules and baselines "
         "(KEDA ScaledObject, static, AWS-style target tracking) on a virtual clock; compare cost and latency.",
     )
-    simulate.add_argument("--scenario", metavar="NAME|FILE", help="a built-in scenario (see --list) or a file")
+    simulate.add_argument("--scenario", metavar="NAME|FILE",
+                          help="a built-in scenario (see --list) or a file (required unless --list)")
     simulate.add_argument("--policy", action="append", default=[], metavar="RULE.yaml",
                           help="QueueScaler rule file (repeatable; default: a rule sized from the scenario)")
     simulate.add_argument("--keda", action="append", default=[], metavar="SCALEDOBJECT.yaml",
-                          help="a KEDA ScaledObject with azure-queue triggers to emulate (repeatable)")
+                          help="a KEDA ScaledObject with azure-queue triggers to emulate (repeatable; default: none)")
     simulate.add_argument("--static", action="append", default=[], type=int, metavar="N",
-                          help="a fixed replica count (repeatable)")
+                          help="a fixed replica count (repeatable; default: none)")
     simulate.add_argument("--aws-target", action="append", default=[], type=float, metavar="N",
-                          help="AWS-style target tracking on backlog per instance (repeatable)")
-    simulate.add_argument("--seed", type=int, help="override the scenario's seed")
-    simulate.add_argument("--json", action="store_true", help="print metrics as JSON keyed by policy")
-    simulate.add_argument("--timeline", metavar="FILE.csv", help="write the timeline as CSV")
-    simulate.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML report")
-    simulate.add_argument("--list", action="store_true", help="list the built-in scenarios")
-    simulate.set_defaults(handler=_simulate)
+                          help="AWS-style target tracking on backlog per instance (repeatable; default: none)")
+    simulate.add_argument("--seed", type=int, help="override the scenario's seed (default: the scenario's)")
+    simulate.add_argument("--json", action="store_true",
+                          help="print metrics as JSON keyed by policy (default: a table for people)")
+    simulate.add_argument("--timeline", metavar="FILE.csv", help="write the timeline as CSV (default: not written)")
+    simulate.add_argument("--report", metavar="FILE.html",
+                          help="write a self-contained HTML report (default: not written)")
+    simulate.add_argument("--list", action="store_true", help="list the built-in scenarios and exit")
+    simulate.set_defaults(handler=_simulate, parser=simulate)
     _add_run(commands)
     _add_demo(commands)
     convert = commands.add_parser(
-        "convert-keda", help="turn a KEDA ScaledObject (azure-queue triggers) into a QueueScaler",
-        description="Print the QueueScaler equivalent to each ScaledObject in the file; TriggerAuthentications and "
-        "Deployments in the same file are used to find the connection Secret. Whatever cannot be carried over is "
-        "a warning on stderr, one line each.",
+        "convert-keda", help="turn KEDA ScaledObjects into QueueScalers",
+        description="Print the QueueScaler equivalent to each ScaledObject in the file (azure-queue, rabbitmq, "
+        "redis, postgresql and aws-sqs-queue triggers); TriggerAuthentications and Deployments in the same file are "
+        "used to find the Secrets. Whatever cannot be carried over is a warning on stderr, one line each; an object "
+        "that cannot be converted is an error (the others still are) and the exit code is 1.",
     )
-    convert.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml")
-    convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here instead of stdout")
+    convert.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml",
+                         help="KEDA ScaledObjects, with the TriggerAuthentications and Deployments they name")
+    convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here (default: standard output)")
     convert.set_defaults(handler=_convert_keda)
     record = commands.add_parser(
         "record", help="record a rule's queue traffic as a simulator trace",
@@ -279,21 +305,48 @@ def build_parser() -> argparse.ArgumentParser:
         "interval as a trace (t,arrivals) that `queuescale simulate --scenario` can replay. Without "
         "--completion-rate the arrivals are the count's growth (a lower bound); see docs/workflow.md.",
     )
-    record.add_argument("rule", metavar="RULE.yaml")
-    record.add_argument("--duration", type=_duration, required=True, metavar="T", help='e.g. "1h", "30m"')
-    record.add_argument("--out", required=True, metavar="TRACE.csv")
-    record.add_argument("--secrets", metavar="SECRETS.yaml", help="Kubernetes Secret manifests (as for check)")
-    record.add_argument("--counts", metavar="COUNTS.csv", help="also write the raw counts of every poll")
-    record.add_argument("--scenario", metavar="SCENARIO.yaml", help="also write a scenario that replays the trace")
+    record.add_argument("rule", metavar="RULE.yaml", help="a YAML file with the QueueScaler to record")
+    record.add_argument("--duration", type=_duration, required=True, metavar="T",
+                        help='how long to record, e.g. "1h", "30m" (required)')
+    record.add_argument("--out", required=True, metavar="TRACE.csv", help="the trace to write (required)")
+    record.add_argument("--secrets", metavar="SECRETS.yaml",
+                        help="Kubernetes Secret manifests, as for check (default: those in RULE.yaml, then env "
+                        "QUEUESCALE_SECRET_<NAME>_<KEY>)")
+    record.add_argument("--counts", metavar="COUNTS.csv",
+                        help="also write the raw counts of every poll (default: not written)")
+    record.add_argument("--scenario", metavar="SCENARIO.yaml",
+                        help="also write a scenario that replays the trace (default: not written)")
     record.add_argument("--completion-rate", type=float, metavar="R",
-                        help="messages/s your workers complete while they have work (improves the estimate)")
+                        help="messages/s your workers complete while they have work (improves the estimate; "
+                        "default: count growth only, a lower bound)")
     record.add_argument("--interval", type=_duration, metavar="T", help="poll this often (default: the rule's)")
-    record.add_argument("--rule", dest="rule_name", metavar="NAME", help="the rule to record, if the file has several")
+    record.add_argument("--rule", dest="rule_name", metavar="NAME",
+                        help="the rule to record, if the file has several (default: the file's only rule)")
     record.set_defaults(handler=_record)
     return parser
 
 
+# What a shell reports for a process ended by SIGPIPE (128 + 13), as `yes | head -1` leaves in PIPESTATUS.
+EXIT_BROKEN_PIPE = 141
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `queuescale` command; returns the exit code."""
+    try:
+        try:
+            return _dispatch(argv)
+        finally:
+            sys.stdout.flush()  # inside the try: a reader that went away shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader closed the pipe early (`queuescale simulate --list | head -1`): that is not an error to
+        # report. Point stdout at devnull so Python's own flush at exit does not fail again (the recipe of the
+        # Python docs, "Note on SIGPIPE"), and exit as a shell expects of a process the pipe ended.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+
+
+def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

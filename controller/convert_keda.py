@@ -1,4 +1,8 @@
-"""`queuescale convert-keda`: a KEDA ScaledObject with azure-queue triggers, as the equivalent QueueScaler.
+"""`queuescale convert-keda`: a KEDA ScaledObject with queue triggers, as the equivalent QueueScaler.
+
+azure-queue, rabbitmq, redis (a list), postgresql and aws-sqs-queue triggers map to the source of the same kind
+(see `_other_trigger` for the last four); other trigger types and ScaledJobs are warned about and left out. One
+object that cannot be converted is an error line; the other objects of the file are still converted.
 
 What carries over (see docs/migrating-from-keda.md for the table): the target, min/max, pollingInterval, the
 queues (queueName, queueLength -> targetPerReplica, activationQueueLength -> activationThreshold,
@@ -12,7 +16,7 @@ initialCooldownPeriod, scalingModifiers, metricType Value, restoreToOriginalRepl
 from ours, and any connection the file does not let us trace to a Secret (then a placeholder reference is written
 and the warning says so). The output always passes `queuescale validate`.
 
-Several azure-queue triggers become several sources with `aggregation: max`, each weighted by
+Several queue triggers become several sources with `aggregation: max`, each weighted by
 targetPerReplica / its queueLength, which is exactly the HPA's "largest recommendation wins".
 """
 
@@ -24,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
+from urllib.parse import unquote, urlsplit
 
 import yaml
 
@@ -59,11 +64,13 @@ class ConvertError(Exception):
 
 @dataclass
 class Conversion:
-    """The QueueScalers (as YAML documents) and a warning per thing that did not carry over."""
+    """The QueueScalers (as YAML documents), a warning per thing that did not carry over, an error per object that
+    could not be converted (the others still are)."""
 
     documents: list[dict[str, Any]] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)  # "namespace/name" of each ScaledObject, in order
     warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
 
     def to_yaml(self) -> str:
         parts = []
@@ -77,7 +84,8 @@ class Conversion:
 # Reading the file
 
 
-def load_documents(path: str) -> list[Mapping[str, Any]]:
+def load_documents(path: str, errors: list[str] | None = None) -> list[Mapping[str, Any]]:
+    """The file's objects; a document that is not an object is an error line (in `errors` when given)."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -95,31 +103,42 @@ def load_documents(path: str) -> list[Mapping[str, Any]]:
         if doc is None:
             continue
         if not isinstance(doc, Mapping):
-            raise ConvertError([f"{path}: document {index + 1} is not an object"])
+            if errors is None:
+                raise ConvertError([f"{path}: document {index + 1} is not an object"])
+            errors.append(f"{path}: document {index + 1} is not an object")
+            continue
         found.append(doc)
     return found
 
 
 def convert_file(path: str) -> Conversion:
-    """Every ScaledObject in the file; TriggerAuthentications and Deployments in it are used to resolve secrets."""
-    documents = load_documents(path)
+    """Every ScaledObject in the file; TriggerAuthentications and Deployments in it are used to resolve secrets.
+
+    A ScaledObject that cannot be converted is an error in `errors`; the others are still converted. Raises
+    ConvertError only when the file gives nothing to convert (unreadable, not YAML, no ScaledObject).
+    """
+    conversion = Conversion()
+    documents = load_documents(path, conversion.errors)
+    for doc in documents:
+        if doc.get("kind") == "ScaledJob":
+            conversion.warnings.append(
+                f"{path}: {_name(doc)}: ScaledJob is not supported: KEDA starts a Kubernetes Job for each batch of "
+                "messages, while queuescale sets the replicas of a long-running workload through its scale "
+                "subresource; left out (run the jobs' work as a Deployment of workers to scale it)")
     scaled_objects = [d for d in documents if d.get("kind") == "ScaledObject"]
     if not scaled_objects:
-        raise ConvertError([f"{path}: no ScaledObject in this file"])
-    conversion = Conversion()
-    errors: list[str] = []
+        raise ConvertError([*conversion.errors, *(f"warning: {w}" for w in conversion.warnings),
+                            f"{path}: no ScaledObject in this file"])
     for doc in scaled_objects:
         try:
             converter = _Converter(doc, documents, path)
             queuescaler = converter.convert()
         except SpecError as exc:
-            errors.extend(f"{path}: {_name(doc)}: {error}" for error in exc.errors)
+            conversion.errors.extend(f"{path}: {_name(doc)}: {error}" for error in exc.errors)
             continue
         conversion.documents.append(queuescaler)
         conversion.sources.append(converter.origin)
         conversion.warnings.extend(f"{path}: {_name(doc)}: {w}" for w in converter.warnings)
-    if errors:
-        raise ConvertError(errors)
     return conversion
 
 
@@ -141,11 +160,13 @@ def _dns_name(text: str) -> str:
 @dataclass(frozen=True)
 class _Trigger:
     path: str
-    queue_name: str
-    queue_length: float
+    head: dict[str, Any]  # type and queue, ready for YAML (a weight, if any, follows them)
+    queue_length: float  # the trigger's target per replica
     activation: float
-    strategy: str
-    connection: dict[str, Any]  # the source's auth and endpoint fields, ready for YAML
+    rest: dict[str, Any]  # the source's connection, auth and count fields, ready for YAML
+
+
+TRIGGER_KINDS = ("azure-queue", "rabbitmq", "redis", "postgresql", "aws-sqs-queue")
 
 
 class _Converter:
@@ -265,12 +286,10 @@ class _Converter:
             if len(triggers) > 1:
                 aggregation = "max"
             for trigger, weight in zip(triggers, weights, strict=True):
-                source: dict[str, Any] = {"type": "azure-queue", "queueName": trigger.queue_name}
+                source: dict[str, Any] = dict(trigger.head)
                 if not math.isclose(weight, 1.0):
                     source["weight"] = _number(round(weight, 6))
-                source.update(trigger.connection)
-                if trigger.strategy == "visibleonly":
-                    source["countStrategy"] = "visible"
+                source.update(trigger.rest)
                 sources.append(source)
         if minimum == 0:  # KEDA's cooldownPeriod only ever applies to the step to zero, as ours
             policy["scaleToZeroDelay"] = format_duration(cooldown)
@@ -304,19 +323,21 @@ class _Converter:
         for item, path in s.items("triggers", min_items=1):
             t = Fields(item, path, self.errors)
             kind = t.string("type", required=True)
-            if kind != "azure-queue":
+            if kind not in TRIGGER_KINDS:
                 if kind:
-                    self.warn(f"{path}.type", f'"{kind}" cannot be carried over: queuescale scales on queue '
-                              "counts (azure-queue) only; this trigger is left out")
+                    why = _UNSUPPORTED.get(kind, "queuescale scales on queue lengths (azure-queue, rabbitmq, "
+                                           "redis, postgresql, aws-sqs-queue)")
+                    self.warn(f"{path}.type", f'"{kind}" cannot be carried over: {why}; this trigger is left out')
                 t.read.update(t.raw)
                 continue
-            trigger = self._trigger(t, path)
+            trigger = self._trigger(t, path) if kind == "azure-queue" else self._other_trigger(t, path, kind)
             if trigger is not None:
                 triggers.append(trigger)
         if not s.has("triggers"):
             s.missing("triggers")
         elif not triggers and not self.errors:
-            s.error("triggers", "has no azure-queue trigger: nothing to convert")
+            s.error("triggers", f"has no trigger queuescale can carry over ({', '.join(TRIGGER_KINDS)}): "
+                    "nothing to convert")
         return triggers
 
     def _trigger(self, t: Fields, path: str) -> _Trigger | None:
@@ -344,7 +365,305 @@ class _Converter:
         connection = self._connection(t, m, path)
         m.finish()
         t.finish()
-        return _Trigger(path, queue_name, queue_length, activation, strategy, connection)
+        if strategy == "visibleonly":
+            connection["countStrategy"] = "visible"
+        return _Trigger(path, {"type": "azure-queue", "queueName": queue_name}, queue_length, activation,
+                        connection)
+
+    # ----------------------------------------------------------------------------------------------------------
+    # The other queue kinds: rabbitmq, redis (a list), postgresql (a query), aws-sqs-queue. Their metadata names
+    # and defaults are KEDA's (kedacore/keda pkg/scalers/{rabbitmq,redis,postgresql,aws_sqs_queue}_scaler.go).
+
+    def _other_trigger(self, t: Fields, path: str, kind: str) -> _Trigger | None:
+        t.optional_string("name")
+        metric_type = t.choice("metricType", ("AverageValue", "Value", "Utilization"), "AverageValue")
+        if metric_type == "Value":
+            self.warn(f"{path}.metricType", "Value (replicas x count / target) cannot be carried over: "
+                      "queuescale divides the count by targetPerReplica, as AverageValue does")
+        elif metric_type == "Utilization":
+            t.error("metricType", f"Utilization is not valid for a {kind} trigger")
+        t.boolean("useCachedMetrics", False)
+        m = t.child("metadata")
+        if not t.has("metadata"):
+            t.missing("metadata")
+        auth = self._auth_params(t, path)
+        convert = {"rabbitmq": self._rabbitmq, "redis": self._redis, "postgresql": self._postgresql,
+                   "aws-sqs-queue": self._aws_sqs}[kind]
+        trigger = convert(m, f"{path}.metadata", path, auth)
+        m.read.update(m.raw)  # KEDA's other metadata (TLS files, timeouts...) was warned about where it matters
+        t.finish()
+        return trigger
+
+    def _auth_params(self, t: Fields, path: str) -> dict[str, dict[str, str]]:
+        """What a (Cluster)TriggerAuthentication in the file gives each parameter: a Secret key."""
+        ref = t.child("authenticationRef")
+        name = ref.optional_string("name")
+        kind = ref.choice("kind", ("TriggerAuthentication", "ClusterTriggerAuthentication"), "TriggerAuthentication")
+        ref.finish()
+        if not name:
+            return {}
+        auth = next((d for d in self.documents if d.get("kind") == kind and _name(d) == name
+                     and (kind == "ClusterTriggerAuthentication" or _namespace(d) in (None, self.namespace))), None)
+        where = f"{path}.authenticationRef.name"
+        if auth is None:
+            self.warn(where, f"{kind} '{name}' is not in this file: its parameters are written as placeholders "
+                      "(add the TriggerAuthentication to the file to trace them)")
+            return {}
+        spec = auth.get("spec") if isinstance(auth.get("spec"), Mapping) else {}
+        assert isinstance(spec, Mapping)
+        params: dict[str, dict[str, str]] = {}
+        for item in spec.get("secretTargetRef") or []:
+            if isinstance(item, Mapping) and all(isinstance(item.get(k), str) for k in ("parameter", "name", "key")):
+                params[item["parameter"]] = {"name": item["name"], "key": item["key"]}
+        for item in spec.get("env") or []:
+            if isinstance(item, Mapping) and isinstance(item.get("parameter"), str) and isinstance(item.get("name"),
+                                                                                                      str):
+                params[item["parameter"]] = self._env_secret(item["name"], f"{where} ({kind} '{name}' env)")
+        identity = spec.get("podIdentity")
+        if isinstance(identity, Mapping) and identity.get("provider") not in (None, "none"):
+            self.warn(where, f"{kind} '{name}' podIdentity (provider {identity.get('provider')}) cannot be carried "
+                      "over for this trigger: queuescale reads its credentials from Secrets; placeholders written")
+        if kind == "ClusterTriggerAuthentication" and params:
+            self.warn(f"{path}.authenticationRef.kind", "a ClusterTriggerAuthentication reads Secrets in KEDA's "
+                      "namespace, a QueueScaler in its own: copy the Secrets into namespace "
+                      f"'{self.namespace or 'default'}'")
+        return params
+
+    def _secret(self, m: Fields, auth: Mapping[str, dict[str, str]], param: str, path: str,
+                env_name: str | None = None) -> dict[str, str] | None:
+        """A secret parameter: from the TriggerAuthentication, or `<param>FromEnv` traced to its Secret."""
+        if param in auth:
+            return dict(auth[param])
+        from_env = m.raw.get(env_name or f"{param}FromEnv")
+        if isinstance(from_env, str) and from_env:
+            return self._env_secret(from_env, f"{path}.{env_name or param + 'FromEnv'}")
+        return None
+
+    def _placeholder(self, what: str, path: str, value: str, why: str) -> str:
+        self.warn(path, f"{why}: wrote the placeholder {what} {value!r}; set it to yours")
+        return value
+
+    def _value(self, m: Fields, auth: Mapping[str, dict[str, str]], param: str, path: str) -> str | None:
+        """A plain parameter (a host, a user): queuescale wants it in the rule, KEDA may read it from a Secret."""
+        value = m.raw.get(param)
+        if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+            return str(value)
+        if param in auth:
+            ref = auth[param]
+            self.warn(f"{path}.{param}", f"comes from Secret '{ref['name']}' key '{ref['key']}', which convert-keda "
+                      "does not read; queuescale takes it in the rule (it is not a secret)")
+            return None
+        if isinstance(m.raw.get(f"{param}FromEnv"), str):
+            self.warn(f"{path}.{param}FromEnv", f"the environment variable {m.raw[f'{param}FromEnv']} is not "
+                      "read by convert-keda; queuescale takes the value in the rule")
+        return None
+
+    def _target(self, m: Fields, name: str, default: float | None) -> float:
+        if default is None and m.raw.get(name) in (None, "", 0, "0"):
+            m.error(name, "is required and must be > 0 (KEDA requires it too)")
+            return 1.0
+        value = _metadata_number(m, name, default or 0.0)
+        if value <= 0:
+            m.error(name, f"must be > 0, got {_number(value)}")
+            return default or 1.0
+        return value
+
+    def _rabbitmq(self, m: Fields, path: str, trigger_path: str,
+                  auth: Mapping[str, dict[str, str]]) -> _Trigger | None:
+        queue = m.string("queueName", required=True)
+        mode = str(m.raw.get("mode") or "")
+        if mode and mode != "QueueLength":
+            self.warn(f"{path}.mode", f"{mode} scales on a rate or ratio, not on a count: queuescale counts "
+                      "messages; this trigger is left out")
+            return None
+        if _truthy(m.raw.get("useRegex")):
+            self.warn(f"{path}.useRegex", "true (every queue matching a pattern) cannot be carried over: a "
+                      "rabbitmq source counts one queue; this trigger is left out")
+            return None
+        legacy = _metadata_number(m, "queueLength", 0.0)
+        value = _metadata_number(m, "value", 0.0)
+        target = value or legacy or 20.0  # KEDA's default queue length for rabbitmq (defaultRabbitMQQueueLength)
+        activation = _metadata_number(m, "activationValue", 0.0)
+        protocol = str(m.raw.get("protocol") or "auto").lower()
+        rest: dict[str, Any] = {}
+        host = m.raw.get("host")
+        username = None
+        vhost: str | None = None
+        if isinstance(host, str) and host:
+            url = urlsplit(host)
+            scheme = url.scheme.lower()
+            if protocol == "auto":
+                protocol = "http" if scheme in ("http", "https") else "amqp"
+            segments = url.path.split("/")
+            if len(segments) > 1 and segments[-1]:
+                vhost = unquote(segments[-1])
+            port = f":{url.port}" if url.port else ""
+            if scheme in ("http", "https"):
+                prefix = "/".join(segments[:-1]).rstrip("/")
+                management = f"{scheme}://{url.hostname}{port}{prefix}"
+            else:
+                management = f"{'https' if scheme == 'amqps' else 'http'}://{url.hostname}:15672"
+                self.warn(f"{path}.host", f"KEDA read the queue over AMQP; queuescale reads the management API: "
+                          f"assumed {management} (the management plugin's default port); check it")
+            username = url.username
+            if url.password:
+                self.warn(f"{path}.host", "holds a password, which does not belong in a rule: put it in a Secret "
+                          "and point passwordSecretRef at it (a placeholder is written)")
+        else:
+            management = self._placeholder(
+                "managementURL", f"{path}.host", "http://rabbitmq:15672",
+                "the connection URL comes from a Secret or the environment (hostFromEnv), which convert-keda does "
+                "not read; queuescale wants the management API's URL without credentials (and the user in username)")
+            if protocol == "auto":
+                protocol = "http"
+        rest["managementURL"] = management
+        vhost_name = m.raw.get("vhostName")
+        if isinstance(vhost_name, str) and vhost_name:
+            vhost = vhost_name
+        if vhost and vhost != "/":
+            rest["vhost"] = vhost
+        if username is None and ("username" in auth or "usernameFromEnv" in m.raw):
+            username = self._placeholder("username", f"{path}.username", "queuescale",
+                                         "the user name comes from a Secret, which convert-keda does not read")
+        if username:
+            rest["username"] = username
+        password = self._secret(m, auth, "password", path)
+        if password is None and isinstance(host, str) and urlsplit(host).password:
+            password = {"name": _dns_name(f"{self.target_name}-rabbitmq"), "key": "password"}
+        if password is not None:
+            rest["passwordSecretRef"] = password
+        # Over HTTP KEDA counts `messages` (ready + unacknowledged) unless excludeUnacknowledged; over AMQP the
+        # queue declaration's message count, which is the ready messages only.
+        if protocol == "http" and not _truthy(m.raw.get("excludeUnacknowledged")):
+            rest["count"] = "readyAndUnacked"
+        for param in ("ca", "cert", "key", "tls"):
+            if param in auth:
+                self.warn(f"{trigger_path}.authenticationRef", f"the TLS parameter {param} cannot be carried over: "
+                          "the rabbitmq source verifies the server against the system CAs and has no client "
+                          "certificate")
+        return _Trigger(trigger_path, {"type": "rabbitmq", "queue": queue}, target, activation, rest)
+
+    def _redis(self, m: Fields, path: str, trigger_path: str,
+               auth: Mapping[str, dict[str, str]]) -> _Trigger | None:
+        list_name = m.string("listName", required=True)
+        target = self._target(m, "listLength", 5.0)  # KEDA's default listLength
+        activation = _metadata_number(m, "activationListLength", 0.0)
+        rest: dict[str, Any] = {}
+        address = self._value(m, auth, "address", path)
+        host = self._value(m, auth, "host", path)
+        port = self._value(m, auth, "port", path)
+        if address and not host:
+            host, _, address_port = address.rpartition(":") if ":" in address else (address, "", "")
+            port = port or address_port or None
+        rest["host"] = host or self._placeholder("host", f"{path}.host", "redis",
+                                                 "no Redis address that convert-keda can read")
+        if port and port != "6379":
+            try:
+                rest["port"] = int(port)
+            except ValueError:
+                m.error("port", f"must be a port number, got {port!r}")
+        database = _metadata_number(m, "databaseIndex", 0.0)
+        if database:
+            rest["db"] = int(database)
+        if _truthy(m.raw.get("enableTLS")) or auth.get("tls") is not None:
+            rest["tls"] = True
+            if auth.get("tls") is not None:
+                self.warn(f"{trigger_path}.authenticationRef", "tls comes from a Secret: assumed enable; set tls: "
+                          "false if it is disable")
+        username = m.raw.get("username")
+        if isinstance(username, str) and username:
+            rest["username"] = username
+        elif "username" in auth or "usernameFromEnv" in m.raw:
+            rest["username"] = self._placeholder("username", f"{path}.username", "queuescale",
+                                                 "the ACL user comes from a Secret, which convert-keda does not read")
+        password = self._secret(m, auth, "password", path)
+        if password is None and isinstance(m.raw.get("password"), str) and m.raw["password"]:
+            self.warn(f"{path}.password", "is written in the ScaledObject: put it in a Secret and point "
+                      "passwordSecretRef at it (a placeholder is written)")
+            password = {"name": _dns_name(f"{self.target_name}-redis"), "key": "password"}
+        if password is not None:
+            rest["passwordSecretRef"] = password
+        if _truthy(m.raw.get("unsafeSsl")):
+            self.warn(f"{path}.unsafeSsl", "true cannot be carried over: the redis-list source always verifies "
+                      "the server's certificate")
+        return _Trigger(trigger_path, {"type": "redis-list", "listName": list_name}, target, activation, rest)
+
+    def _postgresql(self, m: Fields, path: str, trigger_path: str,
+                    auth: Mapping[str, dict[str, str]]) -> _Trigger | None:
+        query = m.string("query", required=True)
+        target = self._target(m, "targetQueryValue", None)  # KEDA has no default: it is required
+        activation = _metadata_number(m, "activationTargetQueryValue", 0.0)
+        rest: dict[str, Any] = {}
+        dsn = self._secret(m, auth, "connection", path, "connectionFromEnv")
+        if dsn is not None:
+            rest["dsnSecretRef"] = dsn
+        else:
+            rest["host"] = self._value(m, auth, "host", path) or self._placeholder(
+                "host", f"{path}.host", "postgres", "no host that convert-keda can read")
+            port = self._value(m, auth, "port", path)
+            if port and port != "5432":
+                try:
+                    rest["port"] = int(port)
+                except ValueError:
+                    m.error("port", f"must be a port number, got {port!r}")
+            rest["database"] = self._value(m, auth, "dbName", path) or self._placeholder(
+                "database", f"{path}.dbName", "postgres", "no dbName that convert-keda can read")
+            rest["user"] = self._value(m, auth, "userName", path) or self._placeholder(
+                "user", f"{path}.userName", "queuescale", "no userName that convert-keda can read")
+            password = self._secret(m, auth, "password", path)
+            if password is not None:
+                rest["passwordSecretRef"] = password
+            ssl_mode = self._value(m, auth, "sslmode", path)
+            if ssl_mode and ssl_mode != "prefer":
+                rest["sslMode"] = ssl_mode
+        rest["query"] = query
+        return _Trigger(trigger_path, {"type": "sql-table"}, target, activation, rest)
+
+    def _aws_sqs(self, m: Fields, path: str, trigger_path: str,
+                 auth: Mapping[str, dict[str, str]]) -> _Trigger | None:
+        target = self._target(m, "queueLength", 5.0)  # KEDA's default queueLength
+        activation = _metadata_number(m, "activationQueueLength", 0.0)
+        region = self._value(m, auth, "awsRegion", path)
+        queue_url = m.raw.get("queueURL")
+        if not isinstance(queue_url, str) or not queue_url:
+            queue_url = self._placeholder("queueURL", f"{path}.queueURL",
+                                          f"https://sqs.{region or 'us-east-1'}.amazonaws.com/000000000000/queue",
+                                          "the queue URL comes from the environment (queueURLFromEnv), which "
+                                          "convert-keda does not read")
+        elif not urlsplit(queue_url).scheme:
+            # KEDA takes a value that is not a URL as the queue's name; queuescale needs the URL (account id).
+            queue_url = self._placeholder(
+                "queueURL", f"{path}.queueURL",
+                f"https://sqs.{region or 'us-east-1'}.amazonaws.com/000000000000/{queue_url}",
+                "is a queue name; queuescale needs the queue URL with the account id")
+        rest: dict[str, Any] = {}
+        if region and not re.match(rf"https?://sqs\.{re.escape(region)}\.amazonaws\.com/", queue_url):
+            rest["awsRegion"] = region
+        endpoint = m.raw.get("awsEndpoint")
+        if isinstance(endpoint, str) and endpoint:
+            self.warn(f"{path}.awsEndpoint", f"{endpoint}: queuescale calls the host of queueURL; write the "
+                      "queue URL on that endpoint")
+        # KEDA's default counts in-flight messages too (scaleOnInFlight: true); ours does not.
+        if str(m.raw.get("scaleOnInFlight", "true")).lower() != "false":
+            rest["includeInFlight"] = True
+        if _truthy(m.raw.get("scaleOnDelayed")):
+            self.warn(f"{path}.scaleOnDelayed", "true cannot be carried over: the aws-sqs source does not count "
+                      "delayed messages")
+        if "awsRoleArn" in auth or m.raw.get("identityOwner") == "operator" or m.raw.get("awsRoleArn"):
+            self.warn(path, "an IAM role (awsRoleArn, identityOwner or pod identity) cannot be carried over: the "
+                      "aws-sqs source signs with an access key from Secrets (placeholders written)")
+        placeholder = _dns_name(f"{self.target_name}-aws")
+        key_id = self._secret(m, auth, "awsAccessKeyID", path) or self._secret(m, auth, "awsAccessKeyId", path)
+        secret = self._secret(m, auth, "awsSecretAccessKey", path)
+        if key_id is None or secret is None:
+            self.warn(path, f"no access key that convert-keda can trace to a Secret: wrote the placeholder Secret "
+                      f"'{placeholder}' (keys access-key-id, secret-access-key)")
+        rest["accessKeyIdSecretRef"] = key_id or {"name": placeholder, "key": "access-key-id"}
+        rest["secretAccessKeySecretRef"] = secret or {"name": placeholder, "key": "secret-access-key"}
+        token = self._secret(m, auth, "awsSessionToken", path)
+        if token is not None:
+            rest["sessionTokenSecretRef"] = token
+        return _Trigger(trigger_path, {"type": "aws-sqs", "queueURL": queue_url}, target, activation, rest)
 
     # ----------------------------------------------------------------------------------------------------------
     # Connections
@@ -589,6 +908,20 @@ def _metadata_number(f: Fields, name: str, default: float) -> float:
     return number
 
 
+def _truthy(value: object) -> bool:
+    return value is True or (isinstance(value, str) and value.strip().lower() == "true")
+
+
+# Why the queue-like kinds queuescale has no source for cannot carry over (the rest: not a queue length).
+_UNSUPPORTED = {
+    "redis-cluster-lists": "the redis-list source connects to one Redis server, not a cluster",
+    "redis-sentinel-lists": "the redis-list source connects to one Redis server, not through Sentinel",
+    "redis-streams": "KEDA counts a stream's pending entries or lag in ways the redis-list source does not "
+                     "match one for one; write a redis-list source with streamName and consumerGroup",
+    "azure-servicebus": "queuescale has no Service Bus source",
+}
+
+
 def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
@@ -612,7 +945,7 @@ def _containers(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 
 
 def run(path: str, out_file: str | None, out: TextIO, err: TextIO) -> int:
-    """Print (or write) the QueueScalers, warnings on stderr; 0 on success, 1 when the input cannot be used."""
+    """Print (or write) the QueueScalers, warnings and errors on stderr; 1 if any object could not be converted."""
     try:
         conversion = convert_file(path)
     except ConvertError as exc:
@@ -622,9 +955,14 @@ def run(path: str, out_file: str | None, out: TextIO, err: TextIO) -> int:
     text = conversion.to_yaml()
     for warning in conversion.warnings:
         print(f"warning: {warning}", file=err)
+    for error in conversion.errors:
+        print(error, file=err)
+    failed = 1 if conversion.errors else 0
+    if not conversion.documents:
+        return failed
     if out_file is None:
         out.write(text)
-        return 0
+        return failed
     try:
         Path(out_file).write_text(text, encoding="utf-8")
     except OSError as exc:
@@ -632,4 +970,4 @@ def run(path: str, out_file: str | None, out: TextIO, err: TextIO) -> int:
         return 1
     print(f"wrote {len(conversion.documents)} QueueScaler{'s' if len(conversion.documents) != 1 else ''} to "
           f"{out_file}", file=err)
-    return 0
+    return failed

@@ -17,9 +17,10 @@ interval `arrivals = max(0, Δcount + completions)`. The count alone cannot see 
   saturated at that rate; wrong when the number of workers changed a lot during the recording.
 
 Messages that arrive and are processed between two polls while the queue looks empty at both are invisible to any
-count-based recording; poll more often (`--interval`) to see more of them. The count at the start is put in the
-first interval (the backlog the replay starts with). Expired messages and messages put with a visibility delay
-count as they do in Azure (the count includes them).
+count-based recording; poll more often (`--interval`) to see more of them. The first poll is the baseline: the
+messages already waiting did not arrive during the recording, so they are not in the trace nor in the arrivals;
+the scenario replays them as a burst at 0 s (the backlog the replay starts with). Expired messages and messages put
+with a visibility delay count as they do in Azure (the count includes them).
 
 Output: `t,arrivals` (t = seconds since the start of the interval; its arrivals spread over it; a last row with 0
 closes the trace), written as it goes so an interrupted recording is still a valid trace. `--counts` also writes
@@ -141,7 +142,8 @@ class Recording:
 
     polls: int = 0
     failed_polls: int = 0
-    arrivals: float = 0.0
+    arrivals: float = 0.0  # during the recording: the backlog found by the first poll is not among them
+    backlog: int = 0  # messages waiting at the first good poll
     started: float = 0.0
     seconds: float = 0.0
     interrupted: bool = False
@@ -213,7 +215,6 @@ async def _record(rule: QueueScaler, sources: list[Source], options: RecordOptio
     started = time.time()
     result.started = started
     previous: tuple[float, int] | None = None  # (t, total) of the last good poll
-    pending = 0.0  # arrivals of the first interval: the backlog found at the start
     next_poll = time.monotonic()
     origin = time.monotonic()
     while True:
@@ -232,12 +233,13 @@ async def _record(rule: QueueScaler, sources: list[Source], options: RecordOptio
             print(f"+{t:7.1f}s  poll failed ({what}); the next good poll covers this interval", file=err)
         elif total is not None:
             if previous is None:
-                pending = float(total)
-                print(f"+{t:7.1f}s  count {total} (the backlog the trace starts with)", file=err)
+                # A baseline, not arrivals: these messages were put before the recording began.
+                result.backlog = total
+                print(f"+{t:7.1f}s  count {total} (the baseline: waiting before the recording, not arrivals)",
+                      file=err)
             else:
                 last_t, last_total = previous
-                arrivals = estimate_arrivals(last_total, total, t - last_t, options.completion_rate) + pending
-                pending = 0.0
+                arrivals = estimate_arrivals(last_total, total, t - last_t, options.completion_rate)
                 writers.arrival(last_t, arrivals)
                 result.arrivals += arrivals
                 print(f"+{t:7.1f}s  count {total}  arrivals since the last poll ~{arrivals:g}", file=err)
@@ -255,9 +257,6 @@ async def _record(rule: QueueScaler, sources: list[Source], options: RecordOptio
             with_stop.cancel()
     end = time.monotonic() - origin
     if previous is not None:
-        if pending:  # one good poll only: the backlog is all there is
-            writers.arrival(0.0, pending)
-            result.arrivals += pending
         # A closing row, so the last interval keeps its length (the simulator gives a last row one second).
         last = writers.last_t if writers.last_t is not None else -1.0
         writers.arrival(max(previous[0], last + 1.0), 0.0)
@@ -280,7 +279,9 @@ def write_scenario(path: Path, trace: Path, rule: QueueScaler, recording: Record
                        f"{estimate}",
         "duration": format_duration(max(1.0, math.ceil(recording.seconds))),
         "start": start.isoformat().replace("+00:00", "Z"),
-        "arrivals": [{"type": "trace", "file": relative}],
+        "arrivals": [{"type": "trace", "file": relative},
+                     # The messages already waiting when the recording began: the backlog the replay starts with.
+                     *([{"type": "burst", "at": 0, "messages": recording.backlog}] if recording.backlog else [])],
         "workers": {"startupDelay": "30s", "serviceTime": "1s", "maxReplicas": rule.spec.max_replicas},
     }
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -329,7 +330,8 @@ def run(options: RecordOptions, *, environ: Mapping[str, str], out: TextIO, err:
         write_scenario(options.scenario_out, options.out, rule, recording, options)
     note = " (stopped early)" if recording.interrupted else ""
     print(f"recorded {format_duration(recording.seconds)}{note}: {recording.polls} polls "
-          f"({recording.failed_polls} failed), ~{recording.arrivals:g} messages arrived; trace: {options.out}"
+          f"({recording.failed_polls} failed), ~{recording.arrivals:g} messages arrived ({recording.backlog} "
+          f"already waiting at the start); trace: {options.out}"
           + (f"; replay: queuescale simulate --scenario {options.scenario_out}" if options.scenario_out else ""),
           file=out)
     return 0

@@ -1,7 +1,13 @@
-"""A tiny scripted HTTP server on 127.0.0.1 (a thread), recording every request it gets."""
+"""A tiny scripted HTTP server on 127.0.0.1 (a thread), recording every request it gets.
+
+A client that resets its connection (a process killed or frozen and woken with its sockets timed out) is counted
+in `client_resets`, as a real server would shrug it off; any other error while serving is kept in `errors` and
+fails the test when the server stops, instead of socketserver printing a traceback among the test dots.
+"""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,17 +46,43 @@ def always(reply: Reply) -> Script:
     return lambda _request: reply
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, owner: LoopbackServer, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.owner = owner
+        super().__init__(("127.0.0.1", 0), handler)
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # socketserver's default prints "Exception occurred during processing of request from ..." and a
+        # traceback to stderr, which nobody asserts on: keep it for the test instead.
+        error = sys.exc_info()[1]
+        with self.owner._lock:
+            self.owner.errors.append(f"{type(error).__name__}: {error}")
+
+
 class LoopbackServer:
     """Answers each request with `script(request)`; `requests` lists what came, in order."""
 
     def __init__(self, script: Script) -> None:
         self.script = script
         self.requests: list[Recorded] = []
+        self.client_resets = 0  # connections the client reset (between or during requests)
+        self.errors: list[str] = []  # anything else that went wrong while serving
         self._lock = threading.Lock()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def handle(self) -> None:
+                try:
+                    super().handle()
+                except (ConnectionResetError, BrokenPipeError):
+                    # The client went away without closing cleanly (the operator's process killed, or frozen
+                    # by SIGSTOP until its connections timed out): ordinary for a server, not a failure.
+                    with owner._lock:
+                        owner.client_resets += 1
 
             def _serve(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
@@ -75,8 +107,7 @@ class LoopbackServer:
             def log_message(self, *_args: object) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
+        self._server = _Server(self, Handler)
         self._thread = threading.Thread(target=self._server.serve_forever, args=(0.02,), name="loopback", daemon=True)
 
     @property
@@ -92,3 +123,5 @@ class LoopbackServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+        if self.errors and exc[0] is None:
+            raise AssertionError(f"the loopback server failed while serving: {self.errors}")

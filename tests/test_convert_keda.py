@@ -192,3 +192,173 @@ def test_a_file_without_a_scaled_object_or_not_yaml_is_one_clear_line(tmp_path: 
     assert result.returncode == 1
     assert result.stderr.startswith(f"{broken}: invalid YAML at line")
     assert "Traceback" not in result.stderr
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The other queue kinds. Metadata names and defaults are KEDA's: kedacore/keda pkg/scalers/rabbitmq_scaler.go
+# (rabbitMQMetadata, defaultRabbitMQQueueLength 20, excludeUnacknowledged), redis_scaler.go (redisMetadata,
+# listLength default 5), postgresql_scaler.go (postgreSQLMetadata, targetQueryValue required) and
+# aws_sqs_queue_scaler.go (awsSqsQueueMetadata, queueLength default 5, scaleOnInFlight default true).
+
+
+def test_a_rabbitmq_trigger_becomes_a_rabbitmq_source_counting_what_keda_counted() -> None:
+    doc, warnings = converted(DATA / "rabbitmq.yaml")
+    (source,) = doc["spec"]["sources"]
+    assert source == {
+        "type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbitmq:15672", "vhost": "shop",
+        "passwordSecretRef": {"name": "rabbitmq-conn", "key": "password"},
+        "count": "readyAndUnacked",  # KEDA over HTTP counts `messages`: ready + unacknowledged
+    }
+    assert doc["spec"]["policy"]["targetPerReplica"] == 50
+    assert doc["spec"]["policy"]["activationThreshold"] == 2
+    (placeholder,) = warnings_about(warnings, "spec.triggers[0].metadata.host")
+    assert "placeholder managementURL 'http://rabbitmq:15672'" in placeholder
+
+
+def test_a_rabbitmq_amqp_url_gives_the_management_url_and_the_password_goes_to_a_secret(tmp_path: Path) -> None:
+    path = tmp_path / "so.yaml"
+    path.write_text("""
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: orders}
+spec:
+  scaleTargetRef: {name: orders-worker}
+  triggers:
+  - type: rabbitmq
+    metadata: {host: "amqp://keda:hunter2@rabbit.shop.svc:5672/orders-vhost", queueName: orders}
+""")
+    doc, warnings = converted(path)
+    (source,) = doc["spec"]["sources"]
+    assert source == {
+        "type": "rabbitmq", "queue": "orders", "managementURL": "http://rabbit.shop.svc:15672",
+        "vhost": "orders-vhost", "username": "keda",
+        "passwordSecretRef": {"name": "orders-worker-rabbitmq", "key": "password"},
+    }  # over AMQP KEDA counts the ready messages only: count stays "ready"
+    assert doc["spec"]["policy"]["targetPerReplica"] == 20  # KEDA's default for rabbitmq
+    assert len(warnings_about(warnings, "spec.triggers[0].metadata.host")) == 2  # the port guess, the password
+    assert "hunter2" not in yaml.safe_dump(doc) + "\n".join(warnings)
+
+
+def test_a_rabbitmq_rate_mode_is_left_out_with_the_reason(tmp_path: Path) -> None:
+    path = tmp_path / "so.yaml"
+    path.write_text("""
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: orders}
+spec:
+  scaleTargetRef: {name: orders-worker}
+  triggers:
+  - type: rabbitmq
+    metadata: {protocol: http, queueName: orders, mode: MessageRate, value: "100", hostFromEnv: RABBIT_URL}
+  - type: redis
+    metadata: {address: "redis:6379", listName: jobs}
+""")
+    doc, warnings = converted(path)
+    assert [s["type"] for s in doc["spec"]["sources"]] == ["redis-list"]
+    (left_out,) = warnings_about(warnings, "spec.triggers[0].metadata.mode")
+    assert "MessageRate" in left_out and "left out" in left_out
+
+
+def test_a_redis_trigger_becomes_a_redis_list_source_with_its_password_traced() -> None:
+    doc, _ = converted(DATA / "redis.yaml")
+    (source,) = doc["spec"]["sources"]
+    assert source == {
+        "type": "redis-list", "listName": "jobs:thumbnails", "host": "redis.shop.svc", "port": 6380, "db": 2,
+        "tls": True, "passwordSecretRef": {"name": "redis", "key": "password"},
+    }
+    assert doc["spec"]["policy"]["targetPerReplica"] == 10
+    assert doc["spec"]["policy"]["activationThreshold"] == 1
+
+
+def test_a_postgresql_trigger_becomes_a_sql_table_source_with_its_query() -> None:
+    doc, _ = converted(DATA / "postgresql.yaml")
+    (source,) = doc["spec"]["sources"]
+    assert source == {
+        "type": "sql-table", "host": "db.shop.svc", "database": "shop", "user": "keda",
+        "passwordSecretRef": {"name": "shop-db", "key": "password"}, "sslMode": "require",
+        "query": "SELECT count(*) FROM jobs WHERE claimed_by IS NULL",
+    }
+    assert doc["spec"]["policy"]["targetPerReplica"] == 4
+
+
+def test_an_aws_sqs_queue_trigger_counts_in_flight_messages_as_keda_does_by_default() -> None:
+    doc, _ = converted(DATA / "aws-sqs-queue.yaml")
+    (source,) = doc["spec"]["sources"]
+    assert source == {
+        "type": "aws-sqs", "queueURL": "https://sqs.eu-west-1.amazonaws.com/123456789012/exports",
+        "includeInFlight": True,
+        "accessKeyIdSecretRef": {"name": "aws-sqs", "key": "access-key-id"},
+        "secretAccessKeySecretRef": {"name": "aws-sqs", "key": "secret-access-key"},
+    }
+    assert doc["spec"]["policy"]["targetPerReplica"] == 5
+
+
+# --------------------------------------------------------------------------------------------------------------
+# One bad object does not cost the others
+
+
+MIXED = """
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: good}
+spec:
+  scaleTargetRef: {name: good}
+  triggers:
+  - type: azure-queue
+    metadata: {queueName: orders, connectionFromEnv: STORAGE}
+---
+apiVersion: keda.sh/v1alpha1
+kind: ScaledObject
+metadata: {name: broken}
+spec:
+  scaleTargetRef: {name: broken}
+  triggers:
+  - type: azure-queue
+    metadata: {queueLength: five}
+---
+- not an object
+---
+apiVersion: keda.sh/v1alpha1
+kind: ScaledJob
+metadata: {name: batch}
+spec:
+  jobTargetRef: {template: {spec: {containers: [{name: job, image: job:1}]}}}
+  triggers:
+  - type: azure-queue
+    metadata: {queueName: batch}
+"""
+
+
+def test_a_bad_object_is_reported_and_the_valid_ones_are_still_converted(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(MIXED)
+    result = run_cli("convert-keda", str(path))
+    assert result.returncode == 1
+    (doc,) = list(yaml.safe_load_all(result.stdout))
+    assert doc["metadata"]["name"] == "good"
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("warning: ")]
+    assert errors == [
+        f"{path}: document 3 is not an object",
+        f"{path}: broken: spec.triggers[0].metadata.queueName: is required",
+        f'{path}: broken: spec.triggers[0].metadata.queueLength: must be a number >= 0 (KEDA writes it as a '
+        "string, e.g. \"5\"), got 'five'",
+    ]
+    assert "Traceback" not in result.stderr
+    out = tmp_path / "rules.yaml"
+    out.write_text(result.stdout)
+    assert load_files([str(out)]).ok
+
+
+def test_a_scaled_job_is_named_as_not_supported_and_why(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(MIXED)
+    conversion = convert_file(str(path))
+    (warning,) = [w for w in conversion.warnings if ": batch: " in w]
+    assert warning.startswith(f"{path}: batch: ScaledJob is not supported: ")
+    assert "Job" in warning and "scale subresource" in warning
+    only_jobs = tmp_path / "jobs.yaml"
+    only_jobs.write_text(MIXED.split("---")[-1])
+    with pytest.raises(ConvertError) as caught:
+        convert_file(str(only_jobs))
+    assert caught.value.lines[-1] == f"{only_jobs}: no ScaledObject in this file"
+    assert "ScaledJob is not supported" in caught.value.lines[0]

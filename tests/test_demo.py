@@ -59,6 +59,8 @@ def test_demo_scales_up_for_the_burst_and_back_to_zero_then_stops_everything(tmp
     assert max(e["to"] for e in events) >= 2, "24 messages at 8 per worker should ask for 3 workers"
     assert events[-1]["to"] == 0
     assert summary["peak_workers"] <= 4
+    assert summary["final_workers"] == 0
+    assert f"workers 0 -> {summary['peak_workers']} -> 0 (" in done.stdout
 
     pids = started_pids(summary)
     assert len(pids) >= 3
@@ -100,6 +102,12 @@ def test_ctrl_c_stops_azurite_and_the_workers_and_still_writes_the_report(tmp_pa
     summary = json.loads((out / "demo-summary.json").read_text())
     assert summary["outcome"] == "interrupted"
     assert summary["messages_processed"] < 200
+    # The rule still had workers when Ctrl-C came: the closing line says so, and that the clean-up stopped them,
+    # instead of "-> 0" as if the policy had scaled them in.
+    final = summary["final_workers"]
+    assert final >= 1
+    assert (f"workers 0 -> {summary['peak_workers']} -> {final} when the demo ended (the clean-up stopped the "
+            f"{final} still running)") in stdout
     pids = started_pids(summary)
     assert len(pids) >= 2
     assert [pid for pid in pids if alive(pid)] == []

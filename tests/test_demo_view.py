@@ -8,7 +8,7 @@ from controller.demo.view import Frame, LiveView, sparkline
 
 
 def frame(elapsed: float, count: int, desired: int, ready: int) -> Frame:
-    return Frame(elapsed=elapsed, count=count, trend=-1.5, desired=desired, ready=ready, reason="ScaledUp",
+    return Frame(elapsed=elapsed, count=count, change=-1.5, desired=desired, ready=ready, reason="ScaledUp",
                  message=f"scaled up 0 -> {desired}", processed=3, sent=40, counts=[0, 40, count],
                  events=["+1s burst of 40 messages starts"])
 
@@ -21,7 +21,7 @@ def test_off_a_terminal_each_tick_is_one_line_and_events_are_lines_too() -> None
     lines = out.getvalue().splitlines()
     assert lines == [
         "+   1.0s  burst of 40 messages starts",
-        "+   2.0s  queue   40  trend   -1.50/s  desired  4  ready  1  processed    3/40    ScaledUp: scaled up 0 -> 4",
+        "+   2.0s  queue   40  change   -1.50/s  desired  4  ready  1  processed    3/40    ScaledUp: scaled up 0 -> 4",
     ]
     assert "\x1b[" not in out.getvalue()
 

@@ -15,7 +15,7 @@ import urllib3
 import yaml
 from kubernetes import client, config
 
-from controller.kube.api import KubeApi, KubeError, core_path, load_configuration
+from controller.kube.api import KubeApi, KubeConfigurationError, KubeError, core_path, load_configuration
 from tests.azurite import free_port
 from tests.fakekube import FakeKube
 from tests.fakekube.tls import issue
@@ -142,3 +142,70 @@ def test_the_operator_with_an_untrusted_api_server_says_why_and_never_becomes_re
            "certificate): check the certificate authority of the kubeconfig (certificate-authority-data)" in text
     assert "Traceback" not in text
     assert ready == 503  # the rules were never listed: a rollout waits instead of replacing a working operator
+
+
+# --------------------------------------------------------------------------------------------------------------
+# No configuration: say where we looked (client-go's clientcmd looks at the --kubeconfig flag, then $KUBECONFIG,
+# then ~/.kube/config: k8s.io/client-go/tools/clientcmd/loader.go, ClientConfigLoadingRules; in a pod
+# rest.InClusterConfig reads KUBERNETES_SERVICE_HOST/PORT and the service account token).
+
+
+def _no_configuration_anywhere(monkeypatch: pytest.MonkeyPatch, home: Path) -> dict[str, str]:
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT")}
+    environ["HOME"] = str(home)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    return environ
+
+
+async def test_no_configuration_names_every_place_looked_and_the_remedy(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_configuration_anywhere(monkeypatch, tmp_path)
+    with pytest.raises(KubeConfigurationError) as raised:
+        await load_configuration()
+    message = str(raised.value)
+    for looked in ("--kubeconfig", "$KUBECONFIG: not set", f"{tmp_path}/.kube/config (no such file)",
+                   "in-cluster service account", "Give --kubeconfig FILE, set KUBECONFIG"):
+        assert looked in message
+    assert "current-context" not in message
+
+
+async def test_a_kubeconfig_flag_naming_no_file_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _no_configuration_anywhere(monkeypatch, tmp_path)
+    with pytest.raises(KubeConfigurationError, match=r"^--kubeconfig nope: no such file; "):
+        await load_configuration("nope")
+
+
+async def test_kubeconfig_env_lists_files_and_the_first_existing_one_is_read(
+    fake_kube: FakeKube, kubeconfig: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _no_configuration_anywhere(monkeypatch, tmp_path)
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'absent'}{os.pathsep}{kubeconfig}")
+    configuration = await load_configuration()
+    assert configuration.host == fake_kube.url
+
+
+async def test_a_kubeconfig_that_is_not_one_names_the_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _no_configuration_anywhere(monkeypatch, tmp_path)
+    empty = tmp_path / "empty"
+    empty.write_text("{}\n")
+    with pytest.raises(KubeConfigurationError, match=rf"^{empty}: not a usable kubeconfig: "):
+        await load_configuration(str(empty))
+
+
+@pytest.mark.parametrize("args", [[], ["--kubeconfig", "nope"]])
+def test_run_without_a_configuration_exits_2_with_what_to_do_and_no_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: list[str]
+) -> None:
+    environ = _no_configuration_anywhere(monkeypatch, tmp_path)
+    done = subprocess.run([sys.executable, "-m", "controller", "run", "--metrics-port", "0", "--health-port", "0",
+                           *args], cwd=Path(__file__).resolve().parent.parent, env=environ, capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert "Config not found" not in done.stderr
+    assert "Expected key current-context" not in done.stderr
+    assert "--kubeconfig" in done.stderr

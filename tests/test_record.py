@@ -74,9 +74,13 @@ def test_an_empty_queue_at_the_start_of_the_interval_completes_nothing() -> None
 # Against Azurite
 
 
-def test_record_writes_a_trace_the_simulator_replays(azurite: Azurite, tmp_path: Path) -> None:
+def test_record_writes_a_trace_the_simulator_replays_and_the_backlog_is_a_baseline(
+    azurite: Azurite, tmp_path: Path
+) -> None:
+    # As reported (issue 19): 37 messages waiting, 35 sent during the recording (7, then 28). The first poll is a
+    # baseline; counting the backlog as arrivals made the next poll say ~44 and the summary ~72.
     queue = new_queue(azurite)
-    for index in range(3):
+    for index in range(37):
         queue.send_message(f"backlog {index}")
     rule = tmp_path / "rule.yaml"
     rule.write_text(rule_yaml(azurite, queue.queue_name))
@@ -89,15 +93,17 @@ def test_record_writes_a_trace_the_simulator_replays(azurite: Azurite, tmp_path:
     try:
         assert process.stderr is not None
         sent = []
+        progress = []
         for line in process.stderr:  # send traffic between polls, once the recording has started
-            if "count 3 (the backlog" in line:
-                for index in range(10):
+            progress.append(line)
+            if "count 37 (the baseline" in line:
+                for index in range(7):
                     queue.send_message(f"wave one {index}")
-                sent.append(10)
-            elif "count 13 " in line and len(sent) == 1:
-                for index in range(5):
+                sent.append(7)
+            elif "count 44 " in line and len(sent) == 1:
+                for index in range(28):
                     queue.send_message(f"wave two {index}")
-                sent.append(5)
+                sent.append(28)
             if line.startswith("+") and float(line[1:].split("s", 1)[0]) >= 4.5:
                 break
         stdout, stderr = process.communicate(timeout=60)
@@ -106,20 +112,22 @@ def test_record_writes_a_trace_the_simulator_replays(azurite: Azurite, tmp_path:
             process.kill()
             process.wait()
     assert process.returncode == 0, stderr
-    assert sent == [10, 5]
-    assert "~18 messages arrived" in stdout
+    assert sent == [7, 28]
+    assert "count 44  arrivals since the last poll ~7\n" in "".join(progress)
+    assert "~35 messages arrived (37 already waiting at the start)" in stdout
 
     rows = list(csv.reader(trace.read_text().splitlines()))
     assert rows[0] == ["t", "arrivals"]
     times = [float(t) for t, _ in rows[1:]]
     assert times == sorted(times) and len(set(times)) == len(times)
-    assert sum(float(n) for _, n in rows[1:]) == 18
+    assert sum(float(n) for _, n in rows[1:]) == 35
     assert float(rows[-1][1]) == 0  # the closing row
     assert counts.read_text().splitlines()[0] == f"t,total,{queue.queue_name},error"
 
     replay = load_scenario(str(scenario))
-    assert replay.arrivals[0].type == "trace"
-    assert plan_arrivals(replay).total == 18
+    assert [a.type for a in replay.arrivals] == ["trace", "burst"]
+    assert replay.arrivals[1].at == (0.0,) and replay.arrivals[1].messages == 37  # the replay starts with them
+    assert plan_arrivals(replay).total == 37 + 35
     simulated = subprocess.run([sys.executable, "-m", "controller", "simulate", "--scenario", str(scenario)],
                                cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert simulated.returncode == 0, simulated.stdout + simulated.stderr

@@ -18,7 +18,7 @@ import math
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -107,6 +107,16 @@ class Sample:
     sent: int
 
 
+def count_change(earlier: Sequence[Sample], latest: Sample) -> float | None:
+    """How fast the queue's count moved (messages/s) from the last poll that read it to `latest`."""
+    if latest.count is None:
+        return None
+    for sample in reversed(earlier):
+        if sample.count is not None:
+            return (latest.count - sample.count) / (latest.t - sample.t) if latest.t > sample.t else None
+    return None
+
+
 @dataclass(frozen=True)
 class Done:
     """One message a worker finished (from its log)."""
@@ -186,6 +196,8 @@ class DemoRecord:
         first_burst = self.bursts[0][0] if self.bursts else None
         first_up = ups[0].t if ups else None
         peak = max((s.desired or 0 for s in self.samples), default=0)
+        # What the rule last asked for: the clean-up stops every worker anyway, which says nothing of the policy.
+        final = next((s.desired for s in reversed(self.samples) if s.desired is not None), None)
         all_ready = next(
             (s.t for s in self.samples if first_up is not None and s.t >= first_up and (s.ready or 0) >= peak), None
         )
@@ -196,6 +208,7 @@ class DemoRecord:
             "messages_processed": len(self.done),
             "bursts": [{"t": round(t, 1), "messages": n} for t, n in self.bursts],
             "peak_workers": peak,
+            "final_workers": final,
             "scale_ups": len(ups),
             "scale_downs": len(downs),
             "burst_to_first_scale_out_seconds": None if first_up is None or first_burst is None
@@ -269,12 +282,13 @@ class _Recorder:
             processed=len(self.logs.done),
             sent=record.sent,
         )
+        change = count_change(record.samples, sample)
         record.samples.append(sample)
         if result.scaled is not None:
             self.event(f"{result.scaled.from_replicas} -> {result.scaled.to_replicas} workers ({reason})",
                         sample.t)
         self.view.frame(Frame(
-            elapsed=sample.t, count=sample.count, trend=sample.trend, desired=sample.desired, ready=sample.ready,
+            elapsed=sample.t, count=sample.count, change=change, desired=sample.desired, ready=sample.ready,
             reason=reason, message=message, processed=sample.processed, sent=sample.sent,
             counts=[s.count or 0 for s in record.samples], events=[text for _, text in record.events],
         ))
@@ -465,7 +479,7 @@ class Demo:
         print("", file=self.out)
         print(
             f"{record.outcome}: {facts['messages_processed']} of {record.sent} messages processed in "
-            f"{facts['duration_seconds']}s; workers 0 -> {facts['peak_workers']} -> 0 "
+            f"{facts['duration_seconds']}s; workers {_workers_path(facts)} "
             f"({facts['scale_ups']} scale-ups, {facts['scale_downs']} scale-downs); first scale-out "
             f"{facts['burst_to_first_scale_out_seconds']}s after the burst; wait p50 {facts['wait_p50_seconds']}s, "
             f"p95 {facts['wait_p95_seconds']}s",
@@ -480,6 +494,15 @@ class Demo:
         if record.outcome == "interrupted":
             return EXIT_INTERRUPTED
         return EXIT_SETTLED if record.outcome == "settled" else EXIT_FAILED
+
+
+def _workers_path(facts: dict[str, object]) -> str:
+    """`0 -> peak -> last`, as the rule scaled them; workers the clean-up stopped are said apart."""
+    final = facts.get("final_workers")
+    text = f"0 -> {facts['peak_workers']} -> {final if final is not None else '?'}"
+    if isinstance(final, int) and final > 0:
+        text += f" when the demo ended (the clean-up stopped the {final} still running)"
+    return text
 
 
 def _worker_environ() -> dict[str, str]:
@@ -514,6 +537,8 @@ def run(options: DemoOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
     except SpecError as exc:  # the demo's own rule, from bad options
         print(f"demo: the demo rule is not valid: {exc}", file=err)
         return 2
+    except BrokenPipeError:
+        raise  # the reader of our output went away (`| head`): the command line ends quietly; clean-up still runs
     except Exception as exc:  # e.g. Azurite died under us; everything started is still stopped below
         first_line = (str(exc).splitlines() or [""])[0]
         print(f"demo: failed: {type(exc).__name__}: {scrub(first_line)[:300]}", file=err)

@@ -17,7 +17,10 @@ class Frame:
 
     elapsed: float
     count: int | None
-    trend: float | None
+    # How fast the count moved since the previous poll (messages/s). Not the policy's trend: that is a fit over the
+    # trend window, which a burst inside the window keeps positive while the queue sits flat; the decision line
+    # quotes it where it is used.
+    change: float | None
     desired: int | None
     ready: int | None
     reason: str
@@ -40,7 +43,7 @@ def _number(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-def _trend(value: float | None) -> str:
+def _change(value: float | None) -> str:
     return "-" if value is None else f"{value:+.2f}/s"
 
 
@@ -61,7 +64,7 @@ class LiveView:
     def frame(self, frame: Frame) -> None:
         if not self.live:
             print(
-                f"+{frame.elapsed:6.1f}s  queue {_number(frame.count):>4}  trend {_trend(frame.trend):>9}  "
+                f"+{frame.elapsed:6.1f}s  queue {_number(frame.count):>4}  change {_change(frame.change):>9}  "
                 f"desired {_number(frame.desired):>2}  ready {_number(frame.ready):>2}  "
                 f"processed {frame.processed:>4}/{frame.sent:<4}  {frame.reason}: {frame.message}",
                 file=self.out, flush=True,
@@ -72,7 +75,8 @@ class LiveView:
         ready = min(frame.ready or 0, desired)
         lines = [
             f"{self.title}  +{frame.elapsed:.0f}s",
-            f"queue      {_number(frame.count):>5} messages  trend {_trend(frame.trend):>9}  {sparkline(frame.counts)}",
+            f"queue      {_number(frame.count):>5} messages  change {_change(frame.change):>9}  "
+            f"{sparkline(frame.counts)}",
             f"workers    desired {desired:>2}  ready {_number(frame.ready):>2}  "
             f"{'■' * ready}{'□' * (desired - ready)}",
             f"processed  {frame.processed} of {frame.sent} sent",

@@ -44,17 +44,57 @@ class KubeError(Exception):
         return self.status in (0, 408, 429) or self.status >= 500
 
 
+class KubeConfigurationError(Exception):
+    """No usable Kubernetes configuration; the message says what was looked for and what to do."""
+
+
 async def load_configuration(kubeconfig: str | None = None, context: str | None = None) -> aio_client.Configuration:
-    """In-cluster config when running in a pod (and no kubeconfig given), else the kubeconfig."""
+    """In-cluster config when running in a pod (and no kubeconfig given), else the kubeconfig.
+
+    Raises KubeConfigurationError naming every place looked in when none gives a configuration.
+    """
     configuration = aio_client.Configuration()
+    in_cluster_problem = ""
     if kubeconfig is None:
         try:
             aio_config.load_incluster_config(client_configuration=configuration)
             return configuration
-        except ConfigException:
-            pass
-    await aio_config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=configuration)
+        except ConfigException as exc:
+            in_cluster_problem = str(exc).rstrip(".")
+    config_file = _kubeconfig_file(kubeconfig, in_cluster_problem)
+    try:
+        await aio_config.load_kube_config(config_file=config_file, context=context,
+                                          client_configuration=configuration)
+    except ConfigException as exc:
+        raise KubeConfigurationError(f"{config_file}: not a usable kubeconfig: {exc}") from None
     return configuration
+
+
+def _kubeconfig_file(flag: str | None, in_cluster_problem: str) -> str:
+    """The kubeconfig to read: the flag, else $KUBECONFIG's first existing file, else ~/.kube/config.
+
+    Checked here because the client, given a file that does not exist, logs `Config not found` and then fails on
+    an empty configuration with `Expected key current-context`, which names neither the file nor the remedy.
+    """
+    if flag is not None:
+        if not os.path.isfile(os.path.expanduser(flag)):
+            raise KubeConfigurationError(f"--kubeconfig {flag}: no such file; give the path of a kubeconfig "
+                                         "(or leave --kubeconfig out to use $KUBECONFIG or ~/.kube/config)")
+        return flag
+    env = os.environ.get("KUBECONFIG", "")
+    candidates = [p for p in env.split(os.pathsep) if p] if env else ["~/.kube/config"]
+    for candidate in candidates:
+        if os.path.isfile(os.path.expanduser(candidate)):
+            return candidate
+    looked = [
+        "--kubeconfig: not given",
+        f"$KUBECONFIG: {', '.join(candidates)} (no such file)" if env else "$KUBECONFIG: not set",
+        *([] if env else [f"~/.kube/config: {os.path.expanduser('~/.kube/config')} (no such file)"]),
+        f"in-cluster service account: {in_cluster_problem or 'not found'}",
+    ]
+    raise KubeConfigurationError(
+        "no Kubernetes configuration found; looked at " + "; ".join(looked) + ". Give --kubeconfig FILE, set "
+        "KUBECONFIG, or run in a pod whose service account token is mounted")
 
 
 @dataclass(frozen=True)
