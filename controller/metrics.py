@@ -68,6 +68,10 @@ class Metrics:
             "queuescale_kubernetes_api_errors", "Failed Kubernetes API calls by operation and HTTP status",
             ["operation", "status"], registry=r,
         )
+        self.watch_errors = Counter(
+            "queuescale_watch_errors", "Failures of a list or watch the operator recovered from (by watching again "
+            "or relisting after a back-off), by resource and reason", ["resource", "reason"], registry=r,
+        )
         self.events = Counter(
             "queuescale_events", "Kubernetes Events by outcome: sent, limited (per rule), over_budget (overall), "
             "failed", ["result"], registry=r,

@@ -12,7 +12,7 @@ import logging
 import os
 import random
 import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -27,6 +27,9 @@ MERGE_PATCH = "application/merge-patch+json"
 GROUP = "queuescale.io"
 VERSION = "v1alpha1"
 PLURAL = "queuescalers"
+# The longest watch event read: the API server refuses a request body over 3 MiB (and etcd an object over 1.5 MiB),
+# so a real event is far shorter; the bound only keeps a broken stream from filling memory.
+MAX_WATCH_EVENT = 16 * 1024 * 1024
 
 
 class KubeError(Exception):
@@ -107,9 +110,11 @@ class KubeApi:
     """JSON requests to the API server through the official asyncio client."""
 
     def __init__(
-        self, configuration: aio_client.Configuration, *, timeout: float = 30.0, user_agent: str | None = None
+        self, configuration: aio_client.Configuration, *, timeout: float = 30.0, user_agent: str | None = None,
+        max_watch_event: int = MAX_WATCH_EVENT,
     ) -> None:
         self.api_client = aio_client.ApiClient(configuration)
+        self.max_watch_event = max_watch_event
         if user_agent:
             self.api_client.user_agent = user_agent  # audit logs (and tests) can tell replicas apart
         self.timeout = timeout
@@ -177,9 +182,10 @@ class KubeApi:
 
     async def watch(
         self, path: str, *, resource_version: str, timeout_seconds: int = 300, query: Mapping[str, str] | None = None
-    ) -> AsyncIterator[WatchEvent]:
+    ) -> AsyncGenerator[WatchEvent, None]:
         """Watch events after `resource_version` until the server ends the stream. An expired version arrives as
-        an ERROR event whose object is a Status with code 410."""
+        an ERROR event whose object is a Status with code 410. No answer: KubeError 0 `Unreachable`; a stream that
+        breaks off: KubeError 0 `Disconnected`; an event over `max_watch_event` bytes: WatchEventTooLarge."""
         params = {
             **(query or {}), "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
@@ -199,18 +205,7 @@ class KubeApi:
             if not 200 <= response.status < 300:
                 body = await response.read()
                 raise _error_from(response.status, response.reason or "", body, response.headers)
-            while True:
-                try:
-                    line = await response.content.readline()
-                except Exception as exc:
-                    if isinstance(exc, TimeoutError | OSError) or type(exc).__module__.startswith("aiohttp"):
-                        return  # a dropped watch: the caller watches again from its last version
-                    raise
-                if not line:
-                    return
-                line = line.strip()
-                if not line:
-                    continue
+            async for line in _lines(response.content, self.max_watch_event):
                 try:
                     event = json.loads(line)
                 except json.JSONDecodeError:
@@ -220,6 +215,47 @@ class KubeApi:
                     yield WatchEvent(str(event.get("type")), event["object"])
         finally:
             response.release()
+
+
+class WatchEventTooLarge(Exception):
+    """A watch event longer than KubeApi.max_watch_event: the stream cannot be read on from there."""
+
+
+async def _lines(content: Any, limit: int) -> AsyncIterator[bytes]:
+    """The non-empty lines of a watch stream (one JSON event each), of any length up to `limit` bytes.
+
+    Not aiohttp's `readline()`: its bound is twice the session's read buffer (128 KiB by aiohttp's default; the
+    kubernetes client raises it to 4 MiB), which a QueueScaler with a big annotation passes under the default,
+    and a line over it raised an aiohttp error that read as a dropped stream: the watch started again at once from
+    the same version, met the same line, and so on, with no back-off and no log. Here the bound is ours and going
+    over it is an error of its own (WatchEventTooLarge: the watcher relists). A broken stream raises KubeError 0
+    `Disconnected`, which the watcher resumes from its last version; a clean end just ends."""
+    partial = bytearray()
+    searched = 0  # bytes of `partial` known to hold no newline
+    while True:
+        try:
+            chunk = await content.readany()
+        except Exception as exc:
+            if isinstance(exc, TimeoutError | OSError) or type(exc).__module__.startswith("aiohttp"):
+                raise KubeError(0, "Disconnected", f"the watch stream broke off ({type(exc).__name__})") from None
+            raise
+        if not chunk:
+            if partial.strip():
+                yield bytes(partial)
+            return
+        partial += chunk
+        while True:
+            end = partial.find(b"\n", searched)
+            if (end if end >= 0 else len(partial)) > limit:  # the line, or what has come of it so far
+                raise WatchEventTooLarge(f"a watch event is longer than {limit} bytes")
+            if end < 0:
+                searched = len(partial)
+                break
+            line = bytes(partial[:end]).strip()
+            del partial[:end + 1]
+            searched = 0
+            if line:
+                yield line
 
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY")

@@ -1,15 +1,28 @@
-"""The rule watch: list, then watch from the list's version; relist on 410 Gone and after errors."""
+"""The rule watch: list, then watch from the list's version; relist on 410 Gone and after errors.
+
+Failures are handled as client-go's Reflector does (staging/src/k8s.io/client-go/tools/cache/reflector.go,
+`isWatchErrorRetriable` and the loop around it): when the API server cannot be reached, or answers 429, the watch
+is started again from the last version seen, after a back-off; a stream that ends is resumed at once; any other
+failure (an HTTP error, an event that cannot be read, a failing handler) relists after a back-off. Whatever fails,
+the loop goes on, says so in the log and counts it (`on_error`): a watch that died would leave every rule scaling
+on what it last saw, for ever.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
+import re
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from controller.kube.api import KubeApi, KubeError, rules_path
 
 log = logging.getLogger(__name__)
+
+FIRST_BACKOFF = 0.5  # seconds; doubled on each failure in a row, up to max_backoff
 
 
 class RuleHandler(Protocol):
@@ -34,56 +47,116 @@ class RuleWatcher:
         selector: str | None = None,
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
+        on_error: Callable[[str], None] | None = None,
     ) -> None:
+        """`on_error(reason)` is called for every failure the loop recovers from (for a metric)."""
         self.api = api
         self.handler = handler
         self.namespace = namespace
         self.selector = selector
         self.watch_timeout = watch_timeout
         self.max_backoff = max_backoff
+        self.on_error = on_error or (lambda _: None)
         self.lists = 0
         self.watches = 0
+        self._backoff = FIRST_BACKOFF
+
+    @property
+    def scope(self) -> str:
+        return self.namespace or "all namespaces"
 
     def _query(self) -> dict[str, str]:
         return {"labelSelector": self.selector} if self.selector else {}
 
     async def run(self) -> None:
         """Runs until cancelled."""
-        backoff = 0.5
         path = rules_path(self.namespace)
         while True:
             try:
-                listing = await self.api.request_with_retries("GET", path, query=self._query())
-                self.lists += 1
-                version = str((listing.get("metadata") or {}).get("resourceVersion") or "0")
-                items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
-                await self.handler.sync(self.namespace, items)
-                # Not kept while watching: at 10,000 rules the parsed list is some 100 MB.
-                del listing, items
-                backoff = 0.5
+                version = await self._list(path)
                 await self._watch_from(path, version)
-            except KubeError as exc:
-                if exc.status != 410:
-                    log.warning("rule watch in %s failed (%s %s); relisting in %.1fs",
-                                self.namespace or "all namespaces", exc.status, exc.reason, backoff)
-                    await asyncio.sleep(backoff * (0.5 + random.random()))
-                    backoff = min(self.max_backoff, backoff * 2)
+            except Exception as exc:  # never a dead watch; cancellation is not an Exception and ends the loop
+                self._failed(exc, "relisting")
+                if not isinstance(exc, KubeError):
+                    log.debug("rule watch in %s: the failure", self.scope, exc_info=True)
+                await self._back_off()
+
+    async def _list(self, path: str) -> str:
+        """List the scope and hand the handler the complete set; the list's resourceVersion. (A function of its
+        own so that the parsed list, some 100 MB at 10,000 rules, is not kept while watching.)"""
+        try:
+            listing = await self.api.request_with_retries("GET", path, query=self._query())
+        except KubeError as exc:
+            if exc.status == 404:
+                # The kind is not served: its CRD was deleted (on a real server its objects went first, each with
+                # a DELETED event, which a dropped watch may have missed) or is not installed yet. Either way no
+                # rule exists: none may go on scaling from what was cached.
+                await self.handler.sync(self.namespace, [])
+            raise
+        self.lists += 1
+        metadata = listing.get("metadata")
+        version = str((metadata if isinstance(metadata, dict) else {}).get("resourceVersion") or "0")
+        items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
+        await self.handler.sync(self.namespace, items)
+        self._backoff = FIRST_BACKOFF
+        return version
 
     async def _watch_from(self, path: str, version: str) -> None:
-        """Watch until the version expires (410: return to relist); a stream that just ends is resumed."""
+        """Watch until the version expires (410) or the kind is not served (404): return to relist. A stream that
+        just ends is resumed at once; one that broke off, or could not be started (no answer, 429), after a
+        back-off; anything else is raised (relist after a back-off)."""
         while True:
             self.watches += 1
-            async for event in self.api.watch(path, resource_version=version, timeout_seconds=self.watch_timeout,
-                                              query=self._query()):
-                if event.type == "ERROR":
-                    code = event.object.get("code")
-                    log.info("rule watch ended with %s %s; relisting", code, event.object.get("reason"))
+            try:
+                # Closed on the way out, whatever ends the loop: the stream's connection goes back at once.
+                async with contextlib.aclosing(self.api.watch(
+                        path, resource_version=version, timeout_seconds=self.watch_timeout,
+                        query=self._query())) as events:
+                    async for event in events:
+                        if event.type == "ERROR":  # the object is a Status
+                            code = event.object.get("code")
+                            raise KubeError(code if isinstance(code, int) else 500,
+                                            str(event.object.get("reason") or "WatchError"),
+                                            str(event.object.get("message") or "an ERROR event"))
+                        meta = event.object.get("metadata") or {}
+                        if event.type != "BOOKMARK":
+                            self._backoff = FIRST_BACKOFF  # a working watch: a failure starts the back-off anew
+                            if event.type in ("ADDED", "MODIFIED"):
+                                await self.handler.upsert(event.object)
+                            elif event.type == "DELETED":
+                                await self.handler.delete(event.object)
+                        # Only once handled: a watch started again after a failure sends this event again.
+                        version = str(meta.get("resourceVersion") or version)
+            except KubeError as exc:
+                if exc.status in (404, 410):
+                    # Expired: the relist is the way on. Not served: the list says so at once (and is counted).
+                    log.info("rule watch in %s ended with %s %s; relisting", self.scope, exc.status, exc.reason)
                     return
-                meta = event.object.get("metadata") or {}
-                version = str(meta.get("resourceVersion") or version)
-                if event.type == "BOOKMARK":
-                    continue
-                if event.type in ("ADDED", "MODIFIED"):
-                    await self.handler.upsert(event.object)
-                elif event.type == "DELETED":
-                    await self.handler.delete(event.object)
+                if exc.status not in (0, 429):
+                    raise
+                self._failed(exc, f"watching again from version {version}")
+                await self._back_off()
+
+    def _failed(self, exc: Exception, then: str) -> None:
+        reason = _reason(exc)
+        self.on_error(reason)
+        if isinstance(exc, KubeError) and exc.status == 404:
+            what = (f"QueueScalers are not served in {self.scope} (404 {exc.reason}: is the CRD installed?): "
+                    f"no rules there until they are")
+        elif isinstance(exc, KubeError):
+            what = f"rule watch in {self.scope} failed ({exc.status} {exc.reason}: {exc.message})"
+        else:
+            what = f"rule watch in {self.scope} failed unexpectedly ({type(exc).__name__}: {exc})"
+        log.warning("%s; %s in %.1fs", what, then, self._backoff)
+
+    async def _back_off(self) -> None:
+        await asyncio.sleep(self._backoff * (0.5 + random.random()))
+        self._backoff = min(self.max_backoff, self._backoff * 2)
+
+
+def _reason(exc: Exception) -> str:
+    """A label for a failure: the Status reason (`NotFound`, `TooManyRequests`, `Unreachable`, ...) or the
+    exception's class; never a message, whose text has no bound."""
+    if isinstance(exc, KubeError):
+        return exc.reason if re.fullmatch(r"[A-Za-z]{1,64}", exc.reason) else str(exc.status)
+    return type(exc).__name__

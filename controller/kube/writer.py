@@ -91,6 +91,9 @@ class LatestWins(Generic[Item]):
             except Exception:  # a writer must survive a failed write: the next status is written anyway
                 log.exception("status write for %s failed unexpectedly", key)
             finally:
+                # Not kept while this worker waits for the next one: the item holds its rule's state, which would
+                # outlive the rule's deletion until the worker writes again.
+                del taken, item
                 self._busy.discard(key)
                 if key in self._pending:
                     self._wake.set()  # a newer item for this key waited for this write
