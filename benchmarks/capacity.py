@@ -143,7 +143,8 @@ def _serve_fake(rules: int, queue_endpoint: str, kubeconfig: Path) -> None:
     fake.ensure_namespace(NS)
     connection = (f"DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey={DEV_KEY};"
                   f"QueueEndpoint={queue_endpoint}")
-    fake.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "queue", "namespace": NS},
+    fake.create({"apiVersion": "v1", "kind": "Secret",
+                 "metadata": {"name": "queue", "namespace": NS, "annotations": {"queuescale.io/allowed-rules": "*"}},
                  "data": {"connection": base64.b64encode(connection.encode()).decode()}})
     for i in range(rules):
         fake.create(_deployment(i))

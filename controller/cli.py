@@ -84,6 +84,7 @@ def _run(args: argparse.Namespace) -> int:
         status_interval=args.status_interval,
         status_heartbeat=args.status_heartbeat,
         secret_ttl=args.secret_ttl,
+        secret_access=args.secret_access,
         target_refresh=args.target_refresh,
         status_rate=args.status_rate,
         max_concurrent_ticks=args.max_concurrent_ticks,
@@ -134,6 +135,9 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                           "with many rules each one's counts are written less often; 0: no limit")
     run.add_argument("--secret-ttl", type=_duration, default=30.0, metavar="T",
                      help="how long a Secret read is reused (default 30s; an auth error from a queue drops it)")
+    run.add_argument("--secret-access", choices=("annotated", "namespace"), default="annotated",
+                     help="annotated: a Secret serves only the rules its queuescale.io/allowed-rules annotation "
+                          "names (or \"*\"); namespace: any rule of the Secret's namespace (default %(default)s)")
     run.add_argument("--target-refresh", type=_duration, default=60.0, metavar="T",
                      help="re-read a target's scale this often when no scaling is due (default 1m; a tick that "
                           "would scale always reads it first; 0 reads it every tick)")

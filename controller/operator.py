@@ -29,8 +29,9 @@ from controller.httpserve import HttpServer, metrics_app, probe_app
 from controller.kube.api import KubeApi, KubeError, core_path, load_configuration, rules_path
 from controller.kube.events import EventRecorder, ObjectRef
 from controller.kube.lease import LeaderElector
+from controller.kube.ownership import CONFLICT_CODES, HpaWatch, Ownership
 from controller.kube.rules import RuleWatcher
-from controller.kube.secrets import SecretCache
+from controller.kube.secrets import SecretAccess, SecretCache
 from controller.kube.status import invalid_status, memory_from_status, setup_failed_status, significant, tick_status
 from controller.kube.writer import LatestWins
 from controller.metrics import Metrics
@@ -88,6 +89,9 @@ class OperatorOptions:
     # 200 s). Changes of conditions, replicas or decisions are written at once whatever the rate.
     status_rate: float = 50.0
     secret_ttl: float = 30.0
+    # "annotated": a Secret is used only for the rules its queuescale.io/allowed-rules annotation names;
+    # "namespace": for any rule of its namespace (see controller/kube/secrets.py).
+    secret_access: SecretAccess = "annotated"
     # How long a target's last known scale is trusted by ticks that change nothing (see Reconciler): reading every
     # target every tick would be 1,000 GETs/s at 10,000 rules, for a count that only we change, almost always.
     target_refresh: float = 60.0
@@ -158,11 +162,13 @@ class Operator:
         self.metrics = metrics or Metrics()
         self.clock = clock or SystemClock()
         self.identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
-        self.secrets = SecretCache(self._read_secret, ttl=options.secret_ttl)
+        self.secrets = SecretCache(self._read_secret, ttl=options.secret_ttl, access=options.secret_access)
+        self.ownership = Ownership(forget=self._forget_target_state)
         self.events = EventRecorder(self._send_event, self.identity,
                                     counted=lambda outcome: self.metrics.events.labels(result=outcome).inc())
         factory = target_factory or self._kubernetes_target
-        self.target_factory: TargetFactory = lambda rule: LeaderGuardedTarget(factory(rule), self.may_write)
+        self.target_factory: TargetFactory = lambda rule: LeaderGuardedTarget(
+            self.ownership.guard(factory(rule), rule), self.may_write)
         self.rules: dict[str, RuleState] = {}
         self.leading = not options.leader_elect
         self.synced_scopes: set[str | None] = set()
@@ -181,9 +187,12 @@ class Operator:
     # ---------------------------------------------------------------------------------------------- plumbing
 
     async def _read_secret(self, namespace: str, name: str) -> dict[str, Any]:
-        secret = await self.api.request("GET", core_path("secrets", namespace, name))
-        data = secret.get("data") or {}
-        return data if isinstance(data, dict) else {}
+        return await self.api.request("GET", core_path("secrets", namespace, name))
+
+    def _forget_target_state(self, key: str) -> None:
+        state = self.rules.get(key)
+        if state is not None and state.reconciler is not None:
+            state.reconciler.forget_target_state()
 
     async def _send_event(self, namespace: str, body: dict[str, Any]) -> None:
         await self.api.request("POST", core_path("events", namespace), body=body)
@@ -195,8 +204,10 @@ class Operator:
         return self.leading and self.lease_valid()
 
     def _sources(self, rule: QueueScaler) -> list[Source]:
-        context = SourceContext(http=self.http, secrets=self.secrets.resolver(rule.namespace), namespace=rule.namespace)
-        return [build_source(spec, context) for spec in rule.spec.sources]
+        # One resolver per source: a Secret may allow some source kinds only (queuescale.io/allowed-sources).
+        return [build_source(spec, SourceContext(
+            http=self.http, secrets=self.secrets.resolver(rule.namespace, rule.name, spec.type),
+            namespace=rule.namespace)) for spec in rule.spec.sources]
 
     # ---------------------------------------------------------------------------------------------- watch handler
 
@@ -245,6 +256,7 @@ class Operator:
         try:
             rule = parse_queuescaler(obj)
         except SpecError as exc:
+            self.ownership.release(key)
             await self._stop_task(state, graceful=False)
             state.rule, state.errors, state.reconciler = None, exc.errors, None
             log.warning("rule %s is not valid: %s", key, exc)
@@ -255,6 +267,7 @@ class Operator:
         try:
             sources = self._sources(rule)
         except KeyError as exc:  # a kind the spec knows but this build cannot poll
+            self.ownership.release(key)
             await self._stop_task(state, graceful=False)
             state.reconciler = None
             if self.leading:
@@ -262,6 +275,7 @@ class Operator:
                 await self._write_status(state, setup_failed_status(
                     rule, "UnsupportedQueueKind", f"no poller for queue kind {exc}", state.last_status, now), now)
             return
+        self.ownership.claim(key, rule, obj)
         if state.reconciler is None:
             state.reconciler = Reconciler(
                 rule, sources, self.target_factory(rule), self.clock, RuleReporter(self, state),
@@ -287,6 +301,7 @@ class Operator:
         state = self.rules.pop(key, None)
         if state is None:
             return
+        self.ownership.release(key)
         await self._stop_task(state, graceful=False)
         self.status_writes.forget(key)
         self.metrics.forget_rule(state.namespace, state.name)
@@ -462,8 +477,10 @@ class RuleReporter:
                 direction = "up" if decision.desired > decision.current else "down"
                 metrics.of_rule(metrics.scale_operations, *rule_labels, direction, "error").inc()
             ref_kind = rule.spec.scale_target_ref
+            conflict = result.target_error.code in CONFLICT_CODES  # another autoscaler owns the target
             await op.events.record(
-                ref, "Warning", "ScaleFailed" if wanted else "TargetUnavailable",
+                ref, "Warning", result.target_error.code if conflict else "ScaleFailed" if wanted else
+                "TargetUnavailable",
                 f"{ref_kind.kind} '{ref_kind.name}': {result.target_error.code}: {result.target_error.message}", now)
         for source, reading in zip(rule.spec.sources, result.observation.readings, strict=False):
             if reading.error is not None:
@@ -608,6 +625,9 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
 
         tasks.append(asyncio.create_task(beat()))
         scopes: list[str | None] = list(options.namespaces) or [None]
+        for scope in scopes:
+            hpas = HpaWatch(api, operator.ownership.hpas, namespace=scope, watch_timeout=options.watch_timeout)
+            tasks.append(asyncio.create_task(hpas.run(), name=f"hpa watch {scope or 'all'}"))
         for scope in scopes:
             watcher = RuleWatcher(api, operator, namespace=scope, selector=options.selector,
                                   watch_timeout=options.watch_timeout,

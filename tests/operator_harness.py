@@ -134,9 +134,17 @@ def deployment(api: kube_client.ApiClient, name: str, replicas: int) -> None:
     kube_client.AppsV1Api(api).create_namespaced_deployment(NS, body)
 
 
-def secret(api: kube_client.ApiClient, name: str, values: dict[str, str]) -> None:
+ALLOWED_RULES = "queuescale.io/allowed-rules"
+
+
+def secret(api: kube_client.ApiClient, name: str, values: dict[str, str], allowed_rules: str | None = "*") -> None:
+    """A Secret in NS; `allowed_rules`: its queuescale.io/allowed-rules annotation (None: none, so the operator
+    refuses it to every rule unless run with --secret-access=namespace)."""
     data = {k: base64.b64encode(v.encode()).decode() for k, v in values.items()}
-    kube_client.CoreV1Api(api).create_namespaced_secret(NS, {"metadata": {"name": name}, "data": data})
+    metadata: dict[str, Any] = {"name": name}
+    if allowed_rules is not None:
+        metadata["annotations"] = {ALLOWED_RULES: allowed_rules}
+    kube_client.CoreV1Api(api).create_namespaced_secret(NS, {"metadata": metadata, "data": data})
 
 
 def rule(api: kube_client.ApiClient, name: str, queue: str, secret_name: str, **spec: Any) -> None:
@@ -184,6 +192,6 @@ def setup_rule(api: kube_client.ApiClient, azurite: Azurite, name: str, messages
     queue = queue_name()
     client = make_queue(azurite, queue, messages)
     deployment(api, name, replicas)
-    secret(api, f"{name}-queue", {"connection": azurite.connection_string})
+    secret(api, f"{name}-queue", {"connection": azurite.connection_string}, allowed_rules=name)
     rule(api, name, queue, f"{name}-queue", **spec)
     return client

@@ -168,10 +168,10 @@ async def test_secret_cache_reads_once_per_ttl_and_names_what_is_missing() -> No
         reads.append((namespace, name))
         if (namespace, name) not in store:
             raise ApiLike(404)
-        return store[(namespace, name)]
+        return {"data": store[(namespace, name)]}
 
-    cache = SecretCache(read, ttl=30, now=lambda: clock[0])
-    resolve = cache.resolver("shop")
+    cache = SecretCache(read, ttl=30, now=lambda: clock[0], access="namespace")
+    resolve = cache.resolver("shop", "orders")
     assert await resolve("orders-queue", "conn") == "AccountName=a;AccountKey=k"
     assert await resolve("orders-queue", "conn") == "AccountName=a;AccountKey=k"
     assert len(reads) == 1
@@ -207,10 +207,11 @@ async def test_secret_cache_reads_a_secret_once_when_many_rules_miss_it_together
         await gate.wait()
         if name == "gone":
             raise ApiLike(404)
-        return {"conn": base64.b64encode(b"UseDevelopmentStorage=true").decode()}
+        return {"data": {"conn": base64.b64encode(b"UseDevelopmentStorage=true").decode()},
+                "metadata": {"annotations": {"queuescale.io/allowed-rules": "*"}}}
 
     cache = SecretCache(read, ttl=30)
-    resolve = cache.resolver("shop")
+    resolve = cache.resolver("shop", "orders")
     waiting = [asyncio.ensure_future(resolve("queue", "conn")) for _ in range(200)]
     missing = [asyncio.ensure_future(resolve("gone", "conn")) for _ in range(50)]
     await asyncio.sleep(0)

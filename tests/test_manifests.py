@@ -639,8 +639,7 @@ def installed(fake_kube: FakeKube) -> FakeKube:
             fake_kube.create(doc)
     fake_kube.ensure_namespace("shop")
     fake_kube.create({**deployment("orders-worker"), "metadata": {"name": "orders-worker", "namespace": "shop"}})
-    fake_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "orders-queue", "namespace": "shop"},
-                      "stringData": {"connection-string": "UseDevelopmentStorage=true"}})
+    fake_kube.create(yaml.safe_load((ROOT / "examples" / "orders-worker-secret.yaml").read_text()))
     for doc in example_queuescalers():
         if doc["metadata"]["namespace"] == "shop":
             fake_kube.create(doc)

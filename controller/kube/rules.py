@@ -36,7 +36,10 @@ class RuleHandler(Protocol):
 
 
 class RuleWatcher:
-    """Keeps a handler in step with the QueueScalers of one scope (all namespaces, or one)."""
+    """Keeps a handler in step with the QueueScalers of one scope (all namespaces, or one).
+
+    `path` watches another kind the same way (the HorizontalPodAutoscalers of the scope, say): the handler then
+    gets those objects."""
 
     def __init__(
         self,
@@ -48,9 +51,13 @@ class RuleWatcher:
         watch_timeout: int = 300,
         max_backoff: float = 30.0,
         on_error: Callable[[str], None] | None = None,
+        path: str | None = None,
+        resource: str = "QueueScalers",
     ) -> None:
         """`on_error(reason)` is called for every failure the loop recovers from (for a metric)."""
         self.api = api
+        self.path = path or rules_path(namespace)
+        self.resource = resource  # what the log lines call the watched kind
         self.handler = handler
         self.namespace = namespace
         self.selector = selector
@@ -70,7 +77,7 @@ class RuleWatcher:
 
     async def run(self) -> None:
         """Runs until cancelled."""
-        path = rules_path(self.namespace)
+        path = self.path
         while True:
             try:
                 version = await self._list(path)
@@ -130,7 +137,8 @@ class RuleWatcher:
             except KubeError as exc:
                 if exc.status in (404, 410):
                     # Expired: the relist is the way on. Not served: the list says so at once (and is counted).
-                    log.info("rule watch in %s ended with %s %s; relisting", self.scope, exc.status, exc.reason)
+                    log.info("%s watch in %s ended with %s %s; relisting", self.resource, self.scope, exc.status,
+                             exc.reason)
                     return
                 if exc.status not in (0, 429):
                     raise
@@ -141,12 +149,12 @@ class RuleWatcher:
         reason = _reason(exc)
         self.on_error(reason)
         if isinstance(exc, KubeError) and exc.status == 404:
-            what = (f"QueueScalers are not served in {self.scope} (404 {exc.reason}: is the CRD installed?): "
-                    f"no rules there until they are")
+            what = (f"{self.resource} are not served in {self.scope} (404 {exc.reason}: is its CRD or API installed?): "
+                    f"none there until they are")
         elif isinstance(exc, KubeError):
-            what = f"rule watch in {self.scope} failed ({exc.status} {exc.reason}: {exc.message})"
+            what = f"{self.resource} watch in {self.scope} failed ({exc.status} {exc.reason}: {exc.message})"
         else:
-            what = f"rule watch in {self.scope} failed unexpectedly ({type(exc).__name__}: {exc})"
+            what = f"{self.resource} watch in {self.scope} failed unexpectedly ({type(exc).__name__}: {exc})"
         log.warning("%s; %s in %.1fs", what, then, self._backoff)
 
     async def _back_off(self) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from controller.policy import Decision, Reason
 from controller.reconciler import TickResult
 from controller.spec import FieldError, QueueScaler
+from controller.targets.base import TargetError
 
 Status = dict[str, Any]
 
@@ -94,8 +95,7 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         sources.append(entry)
     if result.target_error is not None:
         ref = rule.spec.scale_target_ref
-        code = result.target_error.code
-        problems.append((f"Target{code}" if not code.startswith("Target") else code,
+        problems.append((_target_reason(result.target_error.code),
                          f"{ref.kind} '{ref.name}': {result.target_error.message}"))
 
     status: Status = {
@@ -133,18 +133,33 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
                           generation, now, prior)
     status["conditions"] = [
         ready,
-        _active_condition(decision, rule, now, prior),
+        _active_condition(decision, rule, now, prior, result.target_error),
         _fallback_condition(decision, rule, now, prior),
         _paused_condition(rule, now, prior),
     ]
     return status
 
 
+def _target_reason(code: str) -> str:
+    """The Ready reason for a target's error code: TargetNotFound, TargetForbidden, ... and the ownership
+    conflicts (TargetConflict, HPAConflict) as they are."""
+    if code == "Conflict":  # HTTP 409 on every retry: someone else kept changing the scale while we wrote
+        return "TargetWriteConflict"
+    if code.startswith("Target") or code.endswith("Conflict"):
+        return code
+    return f"Target{code}"
+
+
 def _active_condition(
-    decision: Decision | None, rule: QueueScaler, now: float, prior: list[Mapping[str, Any]]
+    decision: Decision | None, rule: QueueScaler, now: float, prior: list[Mapping[str, Any]],
+    target_error: TargetError | None = None,
 ) -> dict[str, Any]:
     generation = rule.generation
     if decision is None:
+        if target_error is not None and target_error.code.endswith("Conflict") and target_error.code != "Conflict":
+            return condition("Active", "Unknown", target_error.code,
+                             "not deciding: another autoscaler scales the target (see the Ready condition)",
+                             generation, now, prior)
         return condition("Active", "Unknown", "NoDecision", "the target could not be read", generation, now, prior)
     if decision.reason in (Reason.POLL_FAILED, Reason.FALLBACK) and decision.count is None:
         return condition("Active", "Unknown", str(decision.reason), decision.message, generation, now, prior)

@@ -18,6 +18,7 @@ class ResourceType:
     kind: str
     namespaced: bool = True
     short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()  # `kubectl get all` lists the kinds in category "all"
     status_subresource: bool = False
     scale_subresource: bool = False
     # Whether the registry sets metadata.generation (1 on create, +1 on each spec change).
@@ -27,6 +28,10 @@ class ResourceType:
     verbs: tuple[str, ...] = ("create", "delete", "get", "list", "patch", "update", "watch")
     printer_columns: tuple[Obj, ...] = ()
     schema: Obj | None = field(default=None, compare=False)
+    # A CRD version's selectableFields (JSONPaths): field labels beyond metadata.name/namespace.
+    selectable_fields: tuple[str, ...] = ()
+    # The CRD (its metadata.uid) a custom kind is served for: a kind lives exactly as long as its CRD.
+    crd_uid: str = ""
 
     @property
     def api_version(self) -> str:
@@ -46,26 +51,28 @@ class ResourceType:
 NAMESPACES = ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",),
                           status_subresource=True)
 SECRETS = ResourceType("", "v1", "secrets", "Secret")
-SERVICES = ResourceType("", "v1", "services", "Service", short_names=("svc",), status_subresource=True)
+SERVICES = ResourceType("", "v1", "services", "Service", short_names=("svc",), categories=("all",), status_subresource=True)
 CORE_EVENTS = ResourceType("", "v1", "events", "Event", short_names=("ev",))
 EVENTS_V1 = ResourceType("events.k8s.io", "v1", "events", "Event", short_names=("ev",))
-DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", short_names=("deploy",),
+DEPLOYMENTS = ResourceType("apps", "v1", "deployments", "Deployment", short_names=("deploy",), categories=("all",),
                            status_subresource=True, scale_subresource=True, generation=True)
-STATEFULSETS = ResourceType("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",),
+STATEFULSETS = ResourceType("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",), categories=("all",),
                             status_subresource=True, scale_subresource=True, generation=True)
-REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",),
+REPLICASETS = ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",), categories=("all",),
                            status_subresource=True, scale_subresource=True, generation=True)
 LEASES = ResourceType("coordination.k8s.io", "v1", "leases", "Lease")
+# Stored only (no autoscaling is done): the operator watches them to refuse a target an HPA also scales.
+HPAS = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", short_names=("hpa",),
+                    categories=("all",),
+                    status_subresource=True)
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                     namespaced=False, short_names=("crd", "crds"), status_subresource=True, generation=True)
-# Served before any CRD is installed, so tests of the operator need not install one; installing the CRD from
-# manifests/crd.yaml replaces this with the CRD's own schema and printer columns.
-QUEUESCALERS = ResourceType("queuescale.io", "v1alpha1", "queuescalers", "QueueScaler", short_names=("qs",),
-                            status_subresource=True, generation=True, custom=True)
+CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", short_names=("cm",))
 
+# No custom kind is served until its CustomResourceDefinition is created, as in a real cluster.
 BUILTIN: tuple[ResourceType, ...] = (
-    NAMESPACES, SECRETS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES, CRDS,
-    QUEUESCALERS,
+    NAMESPACES, SECRETS, CONFIGMAPS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES,
+    HPAS, CRDS,
 )
 
 
@@ -85,11 +92,14 @@ def from_crd(crd: Obj) -> list[ResourceType]:
             kind=str(names.get("kind", "")),
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             short_names=tuple(names.get("shortNames") or ()),
+            categories=tuple(names.get("categories") or ()),
             status_subresource="status" in subresources,
             scale_subresource="scale" in subresources,
             generation=True,
             custom=True,
             printer_columns=tuple(version.get("additionalPrinterColumns") or ()),
             schema=(version.get("schema") or {}).get("openAPIV3Schema"),
+            selectable_fields=tuple(str(f.get("jsonPath", "")) for f in version.get("selectableFields") or ()),
+            crd_uid=str((crd.get("metadata") or {}).get("uid", "")),
         ))
     return types

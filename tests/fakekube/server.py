@@ -29,9 +29,9 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import options, printer, rbac, tls
+from tests.fakekube import discovery, lifecycle, openapi, options, printer, rbac, table, tls
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
-from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector
+from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector, selectable_fields
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
 
 TOKEN = "fake-token"
@@ -145,7 +145,8 @@ class FakeKube:
     """The fake API server. Everything a test sees goes through HTTP; the helpers below read the same store."""
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, history_limit: int = 1000,
-                 bookmark_interval: float = 1.0, ready_delay: float | None = 0.0) -> None:
+                 bookmark_interval: float = 1.0, ready_delay: float | None = 0.0,
+                 namespace_termination_delay: float = 0.0) -> None:
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the fake API server listens on loopback only")
         self.store = Store(history_limit=history_limit)
@@ -165,6 +166,9 @@ class FakeKube:
         self._server = _Server(self, (host, port), tls.default_server_context())
         self._thread: threading.Thread | None = None
         self.controller = _WorkloadController(self.store, ready_delay, self._stopping)
+        # A deleted namespace stays Terminating this long before its content goes (0: gone when answered).
+        self.store.namespace_termination_delay = namespace_termination_delay
+        self.namespaces = lifecycle.NamespaceController(self.store, self._stopping)
         self.store.on_write.append(self.controller.observe)
 
     # ----------------------------------------------------------------------------------------------------------
@@ -187,6 +191,7 @@ class FakeKube:
                                         name=f"fakekube:{self.port}", daemon=True)
         self._thread.start()
         self.controller.start()
+        self.namespaces.start()
         return self
 
     def stop(self) -> None:
@@ -200,6 +205,7 @@ class FakeKube:
         if self._thread is not None:
             self._thread.join(timeout=5)
         self.controller.join()
+        self.namespaces.join()
 
     def __enter__(self) -> FakeKube:
         return self.start()
@@ -313,11 +319,12 @@ class FakeKube:
 
     def watch(self, handler: _Handler, route: _Route, params: dict[str, str]) -> None:
         rt = route.rt
-        match = _matcher(params)
+        match = _matcher(params, rt)
         timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
         deadline = time.monotonic() + timeout if timeout is not None else None
         bookmarks = _parse_bool(params.get("allowWatchBookmarks"))
         requested = params.get("resourceVersion", "")
+        as_table = _table_events(rt, handler.headers.get("Accept", ""), params.get("includeObject") or "Metadata")
         store = self.store
 
         def in_scope(obj: Obj | None) -> bool:
@@ -343,7 +350,7 @@ class FakeKube:
             handler.end_chunked()
             return
         for added in initial:
-            if not handler.send_chunk(added):
+            if not handler.send_chunk(as_table(added)):
                 return
         next_bookmark = time.monotonic() + self.bookmark_interval
         while True:
@@ -376,6 +383,10 @@ class FakeKube:
                     cursor = store.revision
                     if to_send:
                         break
+                    if not _still_served(store, rt):
+                        # Its CRD is gone: the real server closes the watch once the DELETED events are out.
+                        handler.end_chunked()
+                        return
                     if bookmarks and now >= next_bookmark:
                         to_send.append({"type": "BOOKMARK", "object": {
                             "kind": rt.kind, "apiVersion": rt.api_version,
@@ -389,7 +400,7 @@ class FakeKube:
                         wait = min(wait, max(0.0, next_bookmark - now))
                     store.changed.wait(wait)
             for outgoing in to_send:
-                if not handler.send_chunk(outgoing):
+                if not handler.send_chunk(as_table(outgoing)):
                     return
 
 
@@ -419,10 +430,36 @@ def _filtered(event: WatchEvent, in_scope: Callable[[Obj | None], bool], rt: Res
     return {"type": kind, "object": shown}
 
 
-def _matcher(params: dict[str, str]) -> Callable[[Obj], bool]:
+def _table_events(rt: ResourceType, accept: str, include_object: str) -> Callable[[Obj], Obj]:
+    """A watch asked for Tables (`kubectl get -w`) gets each object as a one-row Table, the column definitions in
+    the first one only (k8s.io/apiserver pkg/endpoints/handlers/watch.go watchEmbeddedEncoder)."""
+    version = table.wanted_table_version(accept)
+    first = [True]
+
+    def as_table(event: Obj) -> Obj:
+        if version is None or event["type"] not in ("ADDED", "MODIFIED", "DELETED"):
+            return event
+        obj = event["object"]
+        converted = table.to_table(rt, [obj], resource_version=str(obj["metadata"].get("resourceVersion", "")),
+                                   include_object=include_object, api_version=version)
+        if not first[0]:
+            converted["columnDefinitions"] = None
+        first[0] = False
+        return {"type": event["type"], "object": converted}
+
+    return as_table
+
+
+def _still_served(store: Store, rt: ResourceType) -> bool:
+    served = store.lookup(rt.group, rt.version, rt.plural)
+    return served is not None and served.crd_uid == rt.crd_uid
+
+
+def _matcher(params: dict[str, str], rt: ResourceType) -> Callable[[Obj], bool]:
     try:
         labels = parse_label_selector(params.get("labelSelector", ""))
-        fields = parse_field_selector(params.get("fieldSelector", ""))
+        fields = parse_field_selector(params.get("fieldSelector", ""),
+                                      selectable_fields(rt.group, rt.plural, rt.selectable_fields))
     except SelectorError as error:
         raise bad_request(str(error)) from error
 
@@ -516,10 +553,11 @@ class _Handler(BaseHTTPRequestHandler):
     # ----------------------------------------------------------------------------------------------------------
     # Responses
 
-    def send_json(self, code: int, body: Obj, headers: dict[str, str] | None = None) -> None:
+    def send_json(self, code: int, body: Obj, headers: dict[str, str] | None = None, *,
+                  content_type: str = "application/json") -> None:
         data = json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
@@ -645,8 +683,18 @@ class _Handler(BaseHTTPRequestHandler):
         fake = self.server.fake
         store = fake.store
         parts = [p for p in path.split("/") if p]
+        if parts[:1] == ["openapi"]:
+            self._openapi(parts[1:])
+            return
         if path in ("/version", "/version/"):
             self.send_json(200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "platform": "linux/amd64"})
+            return
+        aggregated = discovery.wanted_version(self.headers.get("Accept", "")) if parts in (["api"], ["apis"]) else None
+        if aggregated is not None:
+            with store.lock:
+                served = list(store.types.values())
+            self.send_json(200, discovery.group_discovery_list(served, legacy=parts == ["api"], version=aggregated),
+                           content_type=discovery.CONTENT_TYPES[aggregated])
             return
         if parts == ["api"]:
             self.send_json(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
@@ -662,15 +710,15 @@ class _Handler(BaseHTTPRequestHandler):
         elif parts and parts[0] == "apis" and len(parts) == 2:
             groups = [g for g in _group_list(store)["groups"] if g["name"] == parts[1]]
             if not groups:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise no_such_resource()
             self.send_json(200, {"kind": "APIGroup", "apiVersion": "v1", **groups[0]})
             return
         else:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         if not rest:
             resources = _resource_list(store, group, version)
             if resources is None:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise no_such_resource()
             self.send_json(200, resources)
             return
         route = _route(store, group, version, rest)
@@ -686,7 +734,9 @@ class _Handler(BaseHTTPRequestHandler):
                 if _parse_bool(params.get("watch")):
                     fake.watch(self, route, params)
                     return
-                items, revision = store.list(rt, route.namespace if rt.namespaced else None, _matcher(params))
+                items, revision = store.list(rt, route.namespace if rt.namespaced else None, _matcher(params, rt))
+                if self._send_table(rt, items, str(revision), params):
+                    return
                 if not rt.custom:
                     for item in items:  # built-in lists carry kind and apiVersion once, on the list
                         item.pop("kind", None)
@@ -709,7 +759,7 @@ class _Handler(BaseHTTPRequestHandler):
         name = route.name
         if route.subresource == "scale":
             if not rt.scale_subresource:
-                raise ApiError(404, "NotFound", "the server could not find the requested resource")
+                raise no_such_resource()
             if method == "GET":
                 self.send_json(200, store.get_scale(rt, namespace, name))
             elif method == "PUT":
@@ -725,9 +775,11 @@ class _Handler(BaseHTTPRequestHandler):
                                "resource")
             return
         if route.subresource not in ("", "status") or (route.subresource == "status" and not rt.status_subresource):
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         if method == "GET":
-            self.send_json(200, store.get(rt, namespace, name))
+            found = store.get(rt, namespace, name)
+            if route.subresource or not self._send_table(rt, [found], found["metadata"]["resourceVersion"], params):
+                self.send_json(200, found)
         elif method == "PUT":
             body = self._decode(raw_body)
             if not isinstance(body, dict):
@@ -745,10 +797,11 @@ class _Handler(BaseHTTPRequestHandler):
                                             subresource=route.subresource, strict=strict, dry_run=dry_run,
                                             manager=manager))
         elif method == "DELETE" and not route.subresource:
-            delete_options = self._decode(raw_body) if raw_body else {}
-            precondition = ((delete_options or {}).get("preconditions") or {}).get("resourceVersion")
-            deleted = store.delete(rt, namespace, name, precondition, dry_run=dry_run)
-            if rt.custom:
+            delete_body = self._decode(raw_body) if raw_body else {}
+            precondition = ((delete_body or {}).get("preconditions") or {}).get("resourceVersion")
+            propagation = (delete_body or {}).get("propagationPolicy") or params.get("propagationPolicy")
+            deleted = store.delete(rt, namespace, name, precondition, propagation=propagation, dry_run=dry_run)
+            if rt.custom or rt.key == NAMESPACES.key:  # a namespace is answered as it goes Terminating
                 self.send_json(200, deleted)
             else:
                 self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
@@ -770,6 +823,39 @@ class _Handler(BaseHTTPRequestHandler):
         except options.OptionsError as error:
             status = error.status
             raise ApiError(422, "Invalid", status["message"], status["details"]) from error
+
+    def _openapi(self, parts: list[str]) -> None:
+        """/openapi/v2 (JSON only) and /openapi/v3[/<group version>] (see tests/fakekube/openapi.py)."""
+        with self.server.fake.store.lock:
+            served = list(self.server.fake.store.types.values())
+        accept = self.headers.get("Accept", "") or "*/*"
+        if not any(m.split(";")[0].strip() in ("application/json", "*/*", "application/*") for m in accept.split(",")):
+            raise ApiError(406, "NotAcceptable", f"only application/json is served here, not {accept}")
+        if parts == ["v2"]:
+            self.send_json(200, openapi.v2_document(served))
+            return
+        if parts[:1] != ["v3"]:
+            raise no_such_resource()
+        documents = openapi.v3_documents(served)
+        if len(parts) == 1:
+            self.send_json(200, openapi.v3_index(documents))
+        elif "/".join(parts[1:]) in documents:
+            self.send_json(200, documents["/".join(parts[1:])])
+        else:
+            raise no_such_resource()
+
+    def _send_table(self, rt: ResourceType, items: list[Obj], revision: str, params: dict[str, str]) -> bool:
+        """Answer with a meta.k8s.io Table if the Accept header asks for one first (what kubectl get does)."""
+        version = table.wanted_table_version(self.headers.get("Accept", ""))
+        if version is None:
+            return False
+        include = params.get("includeObject") or "Metadata"
+        if include not in ("None", "Metadata", "Object"):
+            raise bad_request(f'Invalid value: "{include}": must be one of None, Metadata, Object')
+        self.send_json(200, table.to_table(rt, items, resource_version=revision, include_object=include,
+                                           api_version=version),
+                       content_type=f"application/json;as=Table;v={version.rpartition('/')[2]};g=meta.k8s.io")
+        return True
 
     def _authorize(self, method: str, route: _Route, params: dict[str, str]) -> None:
         """Admin token: anything. ServiceAccount token: what its RBAC bindings allow. Anything else: 401."""
@@ -846,6 +932,12 @@ def _resource_of(path: str) -> str:
     return parts[0] + (f"/{parts[2]}" if len(parts) > 2 else "")
 
 
+def no_such_resource() -> ApiError:
+    """The answer for a path no API serves (a kind whose CRD does not exist, a bad group or version), as
+    k8s.io/apiserver pkg/util/notfoundhandler and the CRD handler send it."""
+    return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
 def not_found_resource(message: str) -> ApiError:
     return ApiError(404, "NotFound", message)
 
@@ -854,25 +946,25 @@ def _route(store: Store, group: str, version: str, rest: list[str]) -> _Route:
     def resolve(plural: str) -> ResourceType:
         rt = store.lookup(group, version, plural)
         if rt is None:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         return rt
 
     if rest[0] == "namespaces" and len(rest) >= 3 and rest[2] not in ("status", "finalize"):
         namespace = rest[1]
         rt = resolve(rest[2])
         if not rt.namespaced:
-            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+            raise no_such_resource()
         tail = rest[3:]
     else:
         namespace = None
         rt = resolve(rest[0])
         tail = rest[1:]
     if len(tail) > 2:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise no_such_resource()
     name = tail[0] if tail else None
     subresource = tail[1] if len(tail) > 1 else ""
     if rt.namespaced and name is not None and namespace is None:
-        raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        raise no_such_resource()
     return _Route(rt, namespace, name, subresource)
 
 
@@ -898,7 +990,8 @@ def _resource_list(store: Store, group: str, version: str) -> Obj | None:
     resources: list[Obj] = []
     for rt in types:
         resources.append({"name": rt.plural, "singularName": rt.kind.lower(), "namespaced": rt.namespaced,
-                          "kind": rt.kind, "verbs": list(rt.verbs), "shortNames": list(rt.short_names)})
+                          "kind": rt.kind, "verbs": list(rt.verbs), "shortNames": list(rt.short_names),
+                          "categories": list(rt.categories)})
         if rt.status_subresource:
             resources.append({"name": f"{rt.plural}/status", "singularName": "", "namespaced": rt.namespaced,
                               "kind": rt.kind, "verbs": ["get", "patch", "update"]})
