@@ -153,37 +153,6 @@ def start_operator_as_its_deployment(fake: FakeKube, folder: Path) -> PodOperato
                        "--status-interval", "1s").start()
 
 
-def missing_fake_features(fake: FakeKube) -> list[str]:
-    """What the install and the cases need of the fake that it does not do yet, with the branch that adds it.
-    Until those branches are merged the module xfails with this list instead of failing on the first command."""
-    import urllib.error
-    import urllib.request
-
-    def status(method: str, path: str, body: dict[str, Any] | None = None, content_type: str = "") -> tuple[int, Any]:
-        request = urllib.request.Request(f"{fake.url}{path}", method=method, headers={
-            "Authorization": "Bearer fake-token", "Content-Type": content_type or "application/json"},
-            data=json.dumps(body).encode() if body is not None else None)
-        try:
-            with urllib.request.urlopen(request, timeout=5, context=fake.client_ssl_context()) as response:
-                return response.status, json.loads(response.read() or b"null")
-        except urllib.error.HTTPError as error:
-            error.close()
-            return error.code, None
-
-    missing = []
-    if status("GET", "/openapi/v3")[0] != 200:
-        missing.append("/openapi/v3 for kubectl's validation and explain (branch fake-read)")
-    if status("PATCH", "/api/v1/namespaces/default?dryRun=All&fieldManager=probe", {
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "default"}},
-            "application/apply-patch+yaml")[0] != 200:
-        missing.append("server-side apply (branch fake-write)")
-    code, created = status("POST", "/api/v1/namespaces/default/secrets?dryRun=All", {
-        "metadata": {"name": "probe"}, "stringData": {"key": "value"}})
-    if code != 201 or not (created or {}).get("data") or fake.list_objects("v1", "Secret", "default"):
-        missing.append("dryRun and stringData (branch fake-write)")
-    return missing
-
-
 @pytest.fixture(scope="module")
 def cluster(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     folder = tmp_path_factory.mktemp("kubectl")
@@ -195,9 +164,6 @@ def cluster(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Itera
         env.update(KUBECONFIG=str(fake.write_kubeconfig(folder / "admin.kubeconfig")), HOME=str(folder),
                    KUBECACHEDIR=str(folder / "cache"), PATH=f"{KUBECTL.parent}{os.pathsep}{env['PATH']}")
         user = User(env)
-        missing = missing_fake_features(fake)
-        if missing:
-            pytest.xfail("the fake API server does not do " + "; ".join(missing))
         install = user.shell(sh_block("With plain manifests"), check=False, timeout=120)
         if install.returncode != 0:
             pytest.fail(f"the install commands of docs/operations.md failed:\n{install.stdout}{install.stderr}")
