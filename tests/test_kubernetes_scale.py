@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,8 @@ import yaml
 from kubernetes.aio import client as aio_client
 
 import controller.sources.azure_queue  # noqa: F401 - registers the azure-queue kind
+from controller.kube.api import KubeApi, load_configuration
+from controller.kube.workloads import WorkloadCache, WorkloadWatch
 from controller.policy import SourceReading
 from controller.reconciler import Reconciler
 from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec, parse_queuescaler
@@ -40,26 +45,57 @@ async def test_read_returns_replicas_and_the_version_to_write_against(fake_kube:
 
 
 @pytest.mark.usefixtures("worker")
-async def test_ready_replicas_come_from_the_workload_when_asked(fake_kube: FakeKube,
-                                                                aio_api: aio_client.ApiClient) -> None:
-    assert (await target(aio_api).read()).ready_replicas is None  # a Scale does not say
-    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", read_ready=True)
-    assert (await worker.read()).ready_replicas == 2
-    fake_kube.set_ready_delay(None)  # pods never come
-    await worker.scale(5, await worker.read())
-    state = await worker.read()
-    assert (state.replicas, state.ready_replicas) == (5, 2)
+async def test_a_watched_deployment_is_read_from_the_watch_with_its_ready_replicas(
+        fake_kube: FakeKube, kubeconfig: Path) -> None:
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    cache = WorkloadCache()
+    watch = asyncio.create_task(WorkloadWatch(api, cache, "Deployment").run())
+    try:
+        worker = KubernetesScaleTarget(api.api_client, ScaleTargetRef(name="worker"), "default", workloads=cache)
+        assert (await worker.read()).ready_replicas is None  # not listed yet: read through /scale, which does not say
+        await _until(lambda: cache.watches("Deployment", "default"))
+        before = len(fake_kube.requests)
+        state = await worker.read()
+        assert (state.replicas, state.ready_replicas, state.watched) == (2, 2, True)
+        assert state.version == fake_kube.get("apps/v1", "Deployment", "worker")["metadata"]["resourceVersion"]
+        fake_kube.set_ready_delay(None)  # pods never come
+        await worker.scale(5, state)
+        await _until(lambda: (cache.get("Deployment", "default", "worker") or state).replicas == 5)
+        state = await worker.read()
+        assert (state.replicas, state.ready_replicas) == (5, 2)
+        assert [(r.method, r.path) for r in fake_kube.requests[before:]] == [
+            ("PUT", "/apis/apps/v1/namespaces/default/deployments/worker/scale")]
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await api.close()
 
 
 @pytest.mark.usefixtures("worker")
-async def test_ready_replicas_are_unknown_without_rbac_to_read_the_workload(fake_kube: FakeKube,
-                                                                           aio_api: aio_client.ApiClient) -> None:
-    fake_kube.add_fault(method="GET", path="/deployments/worker$", status=403, times=None)
-    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", read_ready=True)
-    assert (await worker.read()).ready_replicas is None
-    assert (await worker.read()).replicas == 2
-    asked = [r for r in fake_kube.requests if r.path.endswith("/deployments/worker")]
-    assert len(asked) == 1
+async def test_ready_replicas_are_unknown_where_the_watch_is_forbidden(fake_kube: FakeKube, kubeconfig: Path) -> None:
+    fake_kube.add_fault(method="GET", path="/deployments(\\?|$)", status=403, times=None)
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    cache = WorkloadCache()
+    watch = asyncio.create_task(WorkloadWatch(api, cache, "Deployment").run())
+    try:
+        await _until(lambda: any(r.path.endswith("/deployments") for r in fake_kube.requests))
+        worker = KubernetesScaleTarget(api.api_client, ScaleTargetRef(name="worker"), "default", workloads=cache)
+        state = await worker.read()
+        assert (state.replicas, state.ready_replicas, state.watched) == (2, None, False)
+        assert fake_kube.requests[-1].path.endswith("/deployments/worker/scale")
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await api.close()
+
+
+async def _until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
 
 
 @pytest.mark.usefixtures("worker")

@@ -105,7 +105,8 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         "memory": result.memory.to_json(),
     }
     previous_status = previous or {}
-    for carried in ("lastScaleTime", "desiredReplicas", "currentReplicas", "readyReplicas", "queueLength", "trend"):
+    for carried in ("lastScaleTime", "desiredReplicas", "currentReplicas", "readyReplicas", "startupSeconds",
+                    "queueLength", "trend"):
         if carried in previous_status:
             status[carried] = previous_status[carried]
     decision = result.decision
@@ -120,6 +121,8 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         status["currentReplicas"] = result.state.replicas
         if result.state.ready_replicas is not None:
             status["readyReplicas"] = result.state.ready_replicas
+        if result.state.startup_seconds is not None:
+            status["startupSeconds"] = round(result.state.startup_seconds, 1)
     if result.scaled is not None:
         status["lastScaleTime"] = rfc3339(result.scaled.time)
 
