@@ -280,3 +280,26 @@ async def test_the_reconciler_scales_a_deployment_and_redoes_a_raced_write(fake_
     assert fake_kube.get("apps/v1", "Deployment", "orders-worker", "shop")["spec"]["replicas"] == 5
     writes = [r.status for r in fake_kube.requests if r.method == "PUT" and r.path.endswith("/scale")]
     assert writes == [409, 200]
+
+
+@pytest.mark.usefixtures("worker")
+async def test_after_a_409_the_next_read_asks_the_api_server_until_the_watch_catches_up(
+        fake_kube: FakeKube, aio_api: aio_client.ApiClient) -> None:
+    """A watch can lag behind a change (here it is not running at all): the write made on the version it showed
+    gets 409, and the read that follows goes to the Scale instead of deciding on the same stale version again."""
+    cache = WorkloadCache()
+    handler = cache.handler("Deployment")
+    await handler.sync(None, fake_kube.list_objects("apps/v1", "Deployment"))
+    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", workloads=cache)
+    stale = await worker.read()
+    assert stale.watched and stale.replicas == 2
+    fake_kube.store.update_scale(fake_kube.resource("apps/v1", "Deployment"), "default", "worker",
+                                 {"metadata": {"name": "worker"}, "spec": {"replicas": 7}})  # kubectl scale
+    with pytest.raises(TargetConflict):
+        await worker.scale(4, stale)
+    fresh = await worker.read()
+    assert (fresh.replicas, fresh.watched) == (7, False)
+    assert fake_kube.requests[-1].path.endswith("/deployments/worker/scale")
+    await handler.upsert(fake_kube.get("apps/v1", "Deployment", "worker"))  # the watch catches up
+    caught_up = await worker.read()
+    assert (caught_up.replicas, caught_up.watched, caught_up.ready_replicas) == (7, True, 7)

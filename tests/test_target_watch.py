@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 
+from controller.kube.workloads import WorkloadCache
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
 from tests.operator_harness import NS, ROOT, Operator, condition, events, replicas, setup_rule, status, wait_for
@@ -169,8 +170,9 @@ def test_start_up_time_is_measured_from_our_scale_up_to_its_ready_replicas(
     wait_for("3 replicas asked", lambda: replicas(kube, "startup") == 3)
     measured = wait_for("status.startupSeconds", lambda: status(kube, "startup").get("startupSeconds"), timeout=10,
                         describe=lambda: str(status(kube, "startup")))
-    # The fake's workload controller makes the pods ready 2 s after it sees the spec; the watch adds little.
-    assert 2.0 <= measured <= 3.0, measured
+    # The fake's workload controller makes the pods ready 2 s after it sees the spec; the watch adds little (the
+    # bound leaves room for a loaded machine).
+    assert 2.0 <= measured <= 3.5, measured
     assert status(kube, "startup")["readyReplicas"] == 3
     gauge = wait_for("the start-up gauge", lambda: re.search(
         r'queuescale_target_startup_seconds\{namespace="shop",rule="startup"\} ([0-9.]+)', operator.metrics()))
@@ -187,7 +189,7 @@ def test_a_dropped_or_expired_watch_relists_and_still_sees_changes(
     kube.compact()  # the watch's version is gone: its next watch gets 410 Expired
     kube.drop_watches()
     wait_for("a new list of Deployments after the 410", lambda: len(by_operator(
-        requests_made(kube), "GET", r"^/apis/apps/v1/deployments$")) > lists + 1, timeout=10)
+        requests_made(kube), "GET", r"^/apis/apps/v1/deployments$")) > lists, timeout=10)
     scaled_by_someone_else(api, "relist", 6)
     wait_for("the operator to see 6 replicas", lambda: seen_at(kube, "relist", 6), timeout=10,
              describe=lambda: str(status(kube, "relist")))
@@ -224,3 +226,63 @@ def test_a_forbidden_watch_falls_back_to_reading_the_scale_and_keeps_scaling(
     assert len(warned) == 1, warned
     assert "list and watch on deployments" in warned[0]["message"]
     assert not [line for line in lines if line.get("level") == "ERROR"]
+
+
+# ---------------------------------------------------------------------------------------------- the measurement
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.time = 1000.0
+
+    def now(self) -> float:
+        return self.time
+
+
+def deployment_seen(replicas_asked: int, ready: int, *, version: int, generation: int, observed: int,
+                    uid: str = "u1") -> dict[str, Any]:
+    """A Deployment as a watch event carries it (only the fields the cache reads)."""
+    return {"metadata": {"name": "w", "namespace": NS, "uid": uid, "resourceVersion": str(version),
+                         "generation": generation},
+            "spec": {"replicas": replicas_asked},
+            "status": {"observedGeneration": observed, **({"readyReplicas": ready} if ready else {})}}
+
+
+async def test_start_up_counts_from_our_ask_to_ready_once_the_controller_saw_the_new_spec() -> None:
+    clock = Clock()
+    cache = WorkloadCache(now=clock.now)
+    handler = cache.handler("Deployment")
+    await handler.sync(None, [deployment_seen(2, 2, version=10, generation=1, observed=1)])
+    cache.asked("Deployment", NS, "w", 5, written_against="10")
+    clock.time += 0.1
+    # Scaling down still in progress elsewhere would show more ready than asked; the old generation does not count.
+    await handler.upsert(deployment_seen(2, 6, version=10, generation=1, observed=1))
+    await handler.upsert(deployment_seen(5, 6, version=11, generation=2, observed=1))
+    assert cache.startup_seconds("Deployment", NS, "w") is None
+    clock.time += 2.0
+    await handler.upsert(deployment_seen(5, 3, version=12, generation=2, observed=2))
+    assert cache.startup_seconds("Deployment", NS, "w") is None
+    clock.time += 1.5
+    await handler.upsert(deployment_seen(5, 5, version=13, generation=2, observed=2))
+    assert cache.startup_seconds("Deployment", NS, "w") == pytest.approx(3.6)
+
+
+async def test_a_scale_up_undone_before_its_pods_came_is_not_measured_and_a_new_uid_forgets_the_old() -> None:
+    clock = Clock()
+    cache = WorkloadCache(now=clock.now)
+    handler = cache.handler("Deployment")
+    await handler.sync(None, [deployment_seen(2, 2, version=10, generation=1, observed=1)])
+    cache.asked("Deployment", NS, "w", 8, written_against="10")
+    await handler.upsert(deployment_seen(8, 2, version=11, generation=2, observed=2))
+    await handler.upsert(deployment_seen(3, 2, version=12, generation=3, observed=3))  # kubectl scale --replicas=3
+    await handler.upsert(deployment_seen(3, 3, version=13, generation=3, observed=3))
+    await handler.upsert(deployment_seen(8, 8, version=14, generation=4, observed=4))  # someone else's scale-up
+    assert cache.startup_seconds("Deployment", NS, "w") is None
+    cache.asked("Deployment", NS, "w", 9, written_against="14")
+    clock.time += 1.0
+    await handler.upsert(deployment_seen(9, 9, version=15, generation=5, observed=5))
+    assert cache.startup_seconds("Deployment", NS, "w") == pytest.approx(1.0)
+    await handler.upsert(deployment_seen(9, 9, version=20, generation=1, observed=1, uid="u2"))  # re-created
+    assert cache.startup_seconds("Deployment", NS, "w") is None
+    await handler.delete(deployment_seen(9, 9, version=21, generation=1, observed=1, uid="u2"))
+    assert cache.get("Deployment", NS, "w") is None

@@ -20,7 +20,8 @@ Status = dict[str, Any]
 
 MAX_MESSAGE = 1024
 # Fields that change on every poll; a change in them alone is written at most every `volatile_interval`.
-VOLATILE_FIELDS = ("queueLength", "trend", "sources", "lastPollTime", "lastDecision")
+# readyReplicas too: it climbs pod by pod during a scale-up, a write per pod would be a write per tick.
+VOLATILE_FIELDS = ("queueLength", "trend", "sources", "lastPollTime", "lastDecision", "readyReplicas")
 
 
 def rfc3339(seconds: float) -> str:
