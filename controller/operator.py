@@ -95,6 +95,7 @@ class OperatorOptions:
     secret_access: SecretAccess = "annotated"
     # How long a target's last known scale is trusted by ticks that change nothing (see Reconciler): reading every
     # target every tick would be 1,000 GETs/s at 10,000 rules, for a count that only we change, almost always.
+    # Not for watched targets (Deployments, StatefulSets: controller/kube/workloads.py), read every tick for free.
     target_refresh: float = 60.0
     status_writers: int = 16  # status writes in flight at once
     # Ticks in progress at once, over all rules (see Reconciler.run): an overloaded process starts ticks late

@@ -125,20 +125,25 @@ def test_ready_column_and_status_ready_replicas_are_filled_from_the_watch(
     assert (columns["CURRENT"], columns["READY"]) == ("3", "3"), kube.table("qs", NS)
 
 
+@pytest.mark.parametrize("scope", [(), ("--namespace", NS)], ids=["all-namespaces", "one-namespace"])
 def test_steady_state_reads_no_scale_of_a_deployment(
-        azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]) -> None:
+        azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator],
+        scope: tuple[str, ...]) -> None:
     setup_rule(api, azurite, "steady", messages=25)
-    operators()
+    operators(*scope)
     wait_for("3 ready replicas", lambda: ready_with(kube, "steady", 3))
     before = len(requests_made(kube))
     time.sleep(3.5)  # three ticks at pollingInterval 1s
     made = requests_made(kube)[before:]
     assert by_operator(made, "GET", r"/scale$") == []
     assert by_operator(made, "PUT", r"/scale$") == []
-    # Since start: the Deployment was read from the watch only (a list, then a watch), never by its name.
+    # Since start: the Deployment was read from the watch only (a list, then a watch), never by its name, in the
+    # scope the rules are watched in.
     everything = requests_made(kube)
     assert by_operator(everything, "GET", r"/deployments/steady") == []
-    assert by_operator(everything, "GET", r"^/apis/apps/v1/deployments$")
+    listed = f"^/apis/apps/v1/namespaces/{NS}/deployments$" if scope else "^/apis/apps/v1/deployments$"
+    assert by_operator(everything, "GET", listed)
+    assert len(by_operator(everything, "GET", "/deployments$")) == len(by_operator(everything, "GET", listed))
 
 
 def test_a_scale_by_another_client_is_used_by_the_next_tick_without_a_get_of_the_scale(
