@@ -303,3 +303,22 @@ async def test_after_a_409_the_next_read_asks_the_api_server_until_the_watch_cat
     await handler.upsert(fake_kube.get("apps/v1", "Deployment", "worker"))  # the watch catches up
     caught_up = await worker.read()
     assert (caught_up.replicas, caught_up.watched, caught_up.ready_replicas) == (7, True, 7)
+
+
+@pytest.mark.usefixtures("worker")
+async def test_a_write_after_a_409_is_not_undone_by_a_watch_that_is_still_behind(
+        fake_kube: FakeKube, aio_api: aio_client.ApiClient) -> None:
+    """After the 409 the tick reads the Scale and writes on its version; the cache still shows the version from
+    before both changes, and must not be taken for the target's state on the next tick."""
+    cache = WorkloadCache()
+    await cache.handler("Deployment").sync(None, fake_kube.list_objects("apps/v1", "Deployment"))
+    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", workloads=cache)
+    stale = await worker.read()
+    fake_kube.store.update_scale(fake_kube.resource("apps/v1", "Deployment"), "default", "worker",
+                                 {"metadata": {"name": "worker"}, "spec": {"replicas": 7}})
+    with pytest.raises(TargetConflict):
+        await worker.scale(4, stale)
+    written = await worker.scale(4, await worker.read())
+    again = await worker.read()
+    assert (again.replicas, again.version) == (4, written.version)
+    assert fake_kube.get("apps/v1", "Deployment", "worker")["spec"]["replicas"] == 4

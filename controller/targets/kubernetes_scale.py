@@ -67,8 +67,8 @@ class KubernetesScaleTarget:
         self.request_timeout = request_timeout
         watched = (self.group, ref.kind) in WATCHED_KINDS and ref.api_version == WATCHED_VERSION
         self._workloads = workloads if watched else None
-        # The version the cache may still show after we learned it is out of date (our own write, or a 409), with
-        # what our write returned (None after a 409): until the watch moves past it, the cache is not trusted.
+        # The version the cache showed when we learned it was out of date (our own write, or a 409), with what our
+        # write returned (None after a 409): until the watch moves past it, the cache is not trusted.
         self._superseded: tuple[str, ScaleState | None] | None = None
 
     @property
@@ -130,16 +130,18 @@ class KubernetesScaleTarget:
         except TargetError as error:
             if cache is not None and ask is not None:
                 cache.withdraw(ask)
-            if isinstance(error, TargetConflict) and workload is not None and read.version is not None:
-                self._superseded = (read.version, None)
+            if isinstance(error, TargetConflict) and workload is not None:
+                # The server is past what the cache shows: read the Scale until the watch has moved on.
+                self._superseded = (workload.version, None)
             raise
         if cache is None or workload is None:
             return written
         written = dataclasses.replace(
             written, ready_replicas=workload.ready_replicas, watched=True,
             startup_seconds=cache.startup_seconds(self._ref.kind, self.namespace, self._ref.name))
-        if read.version is not None:
-            self._superseded = (read.version, written)
+        # Until the watch shows our write, the cache's version is the one it replaced (even when `read` came from a
+        # GET after a 409, and the cache is further behind still).
+        self._superseded = (workload.version, written)
         return written
 
     # ----------------------------------------------------------------------------------------------------------
