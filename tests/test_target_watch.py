@@ -24,7 +24,21 @@ from kubernetes import client as kube_client
 from controller.kube.workloads import WorkloadCache
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
-from tests.operator_harness import NS, ROOT, Operator, condition, events, replicas, setup_rule, status, wait_for
+from tests.operator_harness import (
+    NS,
+    ROOT,
+    Operator,
+    condition,
+    events,
+    make_queue,
+    queue_name,
+    replicas,
+    rule,
+    secret,
+    setup_rule,
+    status,
+    wait_for,
+)
 
 OPERATOR_ACCOUNT = ("queuescale-system", "queuescale-operator")
 
@@ -123,6 +137,25 @@ def test_ready_column_and_status_ready_replicas_are_filled_from_the_watch(
     header, row = kube.table("qs", NS).splitlines()[:2]
     columns = dict(zip(header.split(), row.split(), strict=False))
     assert (columns["CURRENT"], columns["READY"]) == ("3", "3"), kube.table("qs", NS)
+
+
+def test_a_statefulset_target_is_watched_too(
+        azurite: Azurite, kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator]) -> None:
+    make_queue(azurite, queue := queue_name(), 15)
+    secret(api, "sts-queue", {"connection": azurite.connection_string})
+    kube_client.AppsV1Api(api).create_namespaced_stateful_set(NS, {
+        "metadata": {"name": "sts"}, "spec": {
+            "replicas": 0, "serviceName": "sts", "selector": {"matchLabels": {"app": "sts"}},
+            "template": {"metadata": {"labels": {"app": "sts"}},
+                         "spec": {"containers": [{"name": "w", "image": "w:1"}]}}}})
+    rule(api, "sts", queue, "sts-queue", scaleTargetRef={"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                                          "name": "sts"})
+    operators()
+    wait_for("2 ready replicas of the StatefulSet", lambda: ready_with(kube, "sts", 2),
+             describe=lambda: str(status(kube, "sts")))
+    made = requests_made(kube)
+    assert by_operator(made, "GET", r"^/apis/apps/v1/statefulsets$")
+    assert by_operator(made, "GET", r"/statefulsets/sts/scale$") == []
 
 
 @pytest.mark.parametrize("scope", [(), ("--namespace", NS)], ids=["all-namespaces", "one-namespace"])
