@@ -631,7 +631,9 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
 
         tasks.append(asyncio.create_task(beat()))
         scopes: list[str | None] = list(options.namespaces) or [None]
-        for targets in workload_watches(api, operator.workloads, scopes, watch_timeout=options.watch_timeout):
+        for targets in workload_watches(
+                api, operator.workloads, scopes, watch_timeout=options.watch_timeout,
+                on_error=lambda resource, reason: operator.metrics.watch_errors.labels(resource, reason).inc()):
             tasks.append(asyncio.create_task(
                 targets.run(), name=f"{targets.plural} watch {targets.namespace or 'all'}"))
         for scope in scopes:

@@ -20,6 +20,7 @@ Without RBAC to list a kind (403), the scope is logged once and left unwatched: 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -235,7 +236,9 @@ class WorkloadWatch:
     leaves the scope to /scale reads, and asks again every `recheck` seconds (RBAC can be granted later)."""
 
     def __init__(self, api: KubeApi, cache: WorkloadCache, kind: str, *, namespace: str | None = None,
-                 watch_timeout: int = 300, recheck: float = 300.0) -> None:
+                 watch_timeout: int = 300, recheck: float = 300.0,
+                 on_error: Callable[[str], None] | None = None) -> None:
+        """`on_error(reason)`: every failure the watch recovers from, as RuleWatcher counts them."""
         plural = next((p for (_, k), p in WATCHED_KINDS.items() if k == kind), None)
         if plural is None:
             raise ValueError(f"{kind} is not a watched workload kind")
@@ -246,6 +249,7 @@ class WorkloadWatch:
         self.namespace = namespace
         self.watch_timeout = watch_timeout
         self.recheck = recheck
+        self.on_error = on_error
         self.watcher: RuleWatcher | None = None
 
     async def run(self) -> None:
@@ -273,13 +277,16 @@ class WorkloadWatch:
         if logged:
             log.info("watching %s in %s", self.plural, scope)
         self.watcher = RuleWatcher(self.api, self.cache.handler(self.kind), namespace=self.namespace,
-                                   watch_timeout=self.watch_timeout, path=path)
+                                   watch_timeout=self.watch_timeout, path=path, resource=f"{self.kind}s",
+                                   on_error=self.on_error)
         await self.watcher.run()
 
 
-def workload_watches(api: KubeApi, cache: WorkloadCache, scopes: list[str | None], *,
-                     watch_timeout: int = 300) -> Iterator[WorkloadWatch]:
-    """One watch per watched kind and scope (all namespaces, or each watched one), as the rule watch has."""
+def workload_watches(api: KubeApi, cache: WorkloadCache, scopes: list[str | None], *, watch_timeout: int = 300,
+                     on_error: Callable[[str, str], None] | None = None) -> Iterator[WorkloadWatch]:
+    """One watch per watched kind and scope (all namespaces, or each watched one), as the rule watch has.
+    `on_error(plural, reason)`: a failure one of them recovered from."""
     for scope in scopes:
-        for _, kind in WATCHED_KINDS:
-            yield WorkloadWatch(api, cache, kind, namespace=scope, watch_timeout=watch_timeout)
+        for (_, kind), plural in WATCHED_KINDS.items():
+            counted = None if on_error is None else functools.partial(on_error, plural)
+            yield WorkloadWatch(api, cache, kind, namespace=scope, watch_timeout=watch_timeout, on_error=counted)
