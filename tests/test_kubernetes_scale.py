@@ -322,3 +322,28 @@ async def test_a_write_after_a_409_is_not_undone_by_a_watch_that_is_still_behind
     again = await worker.read()
     assert (again.replicas, again.version) == (4, written.version)
     assert fake_kube.get("apps/v1", "Deployment", "worker")["spec"]["replicas"] == 4
+
+
+@pytest.mark.usefixtures("worker")
+async def test_a_watch_forbidden_while_running_stops_being_trusted(fake_kube: FakeKube, kubeconfig: Path) -> None:
+    """RBAC taken away mid-run: the cache would never change again, so the target goes back to its /scale."""
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    cache = WorkloadCache()
+    errors: list[str] = []
+    watch = asyncio.create_task(WorkloadWatch(api, cache, "Deployment", on_error=errors.append).run())
+    try:
+        await _until(lambda: cache.watches("Deployment", "default"))
+        fake_kube.add_fault(method="GET", path="/deployments(\\?|$)", status=403, times=None)
+        fake_kube.drop_watches()
+        await _until(lambda: not cache.watches("Deployment", "default"))
+        assert "Forbidden" in errors
+        worker = KubernetesScaleTarget(api.api_client, ScaleTargetRef(name="worker"), "default", workloads=cache)
+        assert (await worker.read()).watched is False
+        fake_kube.clear_faults()  # granted again: the relist after the back-off trusts the watch again
+        await _until(lambda: cache.watches("Deployment", "default"), timeout=10)
+        assert (await worker.read()).watched is True
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await api.close()

@@ -278,8 +278,16 @@ class WorkloadWatch:
             log.info("watching %s in %s", self.plural, scope)
         self.watcher = RuleWatcher(self.api, self.cache.handler(self.kind), namespace=self.namespace,
                                    watch_timeout=self.watch_timeout, path=path, resource=f"{self.kind}s",
-                                   on_error=self.on_error)
+                                   on_error=self._failed)
         await self.watcher.run()
+
+    def _failed(self, reason: str) -> None:
+        if reason in ("Forbidden", "Unauthorized"):
+            # RBAC taken away while watching: what the cache holds will not change again, so stop trusting it
+            # (targets go back to /scale) until a list succeeds again.
+            self.cache._unwatched(self.kind, self.namespace)
+        if self.on_error is not None:
+            self.on_error(reason)
 
 
 def workload_watches(api: KubeApi, cache: WorkloadCache, scopes: list[str | None], *, watch_timeout: int = 300,
