@@ -140,7 +140,8 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                           "names (or \"*\"); namespace: any rule of the Secret's namespace (default %(default)s)")
     run.add_argument("--target-refresh", type=_duration, default=60.0, metavar="T",
                      help="re-read a target's scale this often when no scaling is due (default 1m; a tick that "
-                          "would scale always reads it first; 0 reads it every tick)")
+                          "would scale always reads it first; 0 reads it every tick). Deployments and StatefulSets "
+                          "the operator may watch are read from the watch on every tick instead")
     run.add_argument("--max-concurrent-ticks", type=_positive_int, default=500, metavar="N",
                      help="ticks in progress at once over all rules (default 500): when the process has more due "
                           "than it has CPU for, ticks start late rather than all at once and each timing out")

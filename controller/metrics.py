@@ -43,6 +43,10 @@ class Metrics:
             "queuescale_current_replicas", "Replicas the target has after the last tick", ["namespace", "rule"],
             registry=r,
         )
+        self.target_startup = Gauge(
+            "queuescale_target_startup_seconds", "Seconds from the last scale-up the operator asked of a rule's target "
+            "to its readyReplicas reaching the count asked (watched kinds only)", ["namespace", "rule"], registry=r,
+        )
         self.scale_operations = Counter(
             "queuescale_scale_operations", "Scale writes by direction (up, down) and result (success, error)",
             ["namespace", "rule", "direction", "result"], registry=r,

@@ -33,6 +33,7 @@ from controller.kube.ownership import CONFLICT_CODES, HpaWatch, Ownership
 from controller.kube.rules import RuleWatcher
 from controller.kube.secrets import SecretAccess, SecretCache
 from controller.kube.status import invalid_status, memory_from_status, setup_failed_status, significant, tick_status
+from controller.kube.workloads import WorkloadCache, workload_watches
 from controller.kube.writer import LatestWins
 from controller.metrics import Metrics
 from controller.policy import ScalingMemory
@@ -94,6 +95,7 @@ class OperatorOptions:
     secret_access: SecretAccess = "annotated"
     # How long a target's last known scale is trusted by ticks that change nothing (see Reconciler): reading every
     # target every tick would be 1,000 GETs/s at 10,000 rules, for a count that only we change, almost always.
+    # Not for watched targets (Deployments, StatefulSets: controller/kube/workloads.py), read every tick for free.
     target_refresh: float = 60.0
     status_writers: int = 16  # status writes in flight at once
     # Ticks in progress at once, over all rules (see Reconciler.run): an overloaded process starts ticks late
@@ -164,6 +166,7 @@ class Operator:
         self.identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
         self.secrets = SecretCache(self._read_secret, ttl=options.secret_ttl, access=options.secret_access)
         self.ownership = Ownership(forget=self._forget_target_state)
+        self.workloads = WorkloadCache(now=self.clock.now)  # kept current by the watches run() starts
         self.events = EventRecorder(self._send_event, self.identity,
                                     counted=lambda outcome: self.metrics.events.labels(result=outcome).inc())
         factory = target_factory or self._kubernetes_target
@@ -198,7 +201,8 @@ class Operator:
         await self.api.request("POST", core_path("events", namespace), body=body)
 
     def _kubernetes_target(self, rule: QueueScaler) -> Target:
-        return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace)
+        return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace,
+                                     workloads=self.workloads)
 
     def may_write(self) -> bool:
         return self.leading and self.lease_valid()
@@ -462,6 +466,8 @@ class RuleReporter:
             metrics.of_rule(metrics.desired_replicas, *rule_labels).set(decision.desired)
         if result.state is not None:
             metrics.of_rule(metrics.current_replicas, *rule_labels).set(result.state.replicas)
+            if result.state.startup_seconds is not None:
+                metrics.of_rule(metrics.target_startup, *rule_labels).set(result.state.startup_seconds)
 
         ref = state.ref()
         if result.scaled is not None and decision is not None:
@@ -625,6 +631,11 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
 
         tasks.append(asyncio.create_task(beat()))
         scopes: list[str | None] = list(options.namespaces) or [None]
+        for targets in workload_watches(
+                api, operator.workloads, scopes, watch_timeout=options.watch_timeout,
+                on_error=lambda resource, reason: operator.metrics.watch_errors.labels(resource, reason).inc()):
+            tasks.append(asyncio.create_task(
+                targets.run(), name=f"{targets.plural} watch {targets.namespace or 'all'}"))
         for scope in scopes:
             hpas = HpaWatch(api, operator.ownership.hpas, namespace=scope, watch_timeout=options.watch_timeout)
             tasks.append(asyncio.create_task(hpas.run(), name=f"hpa watch {scope or 'all'}"))

@@ -79,7 +79,9 @@ class Reconciler:
     ) -> None:
         """`target_refresh`: how long the target's last known scale is trusted for a tick that changes nothing.
         0 reads the target on every tick. A tick that would scale always reads it first, so a write is never
-        based on a stale count (and a scale made by someone else is seen at the latest after `target_refresh`)."""
+        based on a stale count (and a scale made by someone else is seen at the latest after `target_refresh`).
+        A target whose state a watch keeps current (ScaleState.watched) is read on every tick whatever this says:
+        that read costs no request, and a scale made by someone else is seen by the next tick."""
         self.rule = rule
         self.sources = tuple(sources)
         self._target = target
@@ -185,7 +187,7 @@ class Reconciler:
         self._known = None
 
     def _known_state(self, now: float) -> ScaleState | None:
-        if self._known is None or now - self._known_at >= self.target_refresh:
+        if self._known is None or self._known.watched or now - self._known_at >= self.target_refresh:
             return None
         return self._known
 

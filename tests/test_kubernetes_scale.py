@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,8 @@ import yaml
 from kubernetes.aio import client as aio_client
 
 import controller.sources.azure_queue  # noqa: F401 - registers the azure-queue kind
+from controller.kube.api import KubeApi, load_configuration
+from controller.kube.workloads import WorkloadCache, WorkloadWatch
 from controller.policy import SourceReading
 from controller.reconciler import Reconciler
 from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec, parse_queuescaler
@@ -40,26 +45,57 @@ async def test_read_returns_replicas_and_the_version_to_write_against(fake_kube:
 
 
 @pytest.mark.usefixtures("worker")
-async def test_ready_replicas_come_from_the_workload_when_asked(fake_kube: FakeKube,
-                                                                aio_api: aio_client.ApiClient) -> None:
-    assert (await target(aio_api).read()).ready_replicas is None  # a Scale does not say
-    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", read_ready=True)
-    assert (await worker.read()).ready_replicas == 2
-    fake_kube.set_ready_delay(None)  # pods never come
-    await worker.scale(5, await worker.read())
-    state = await worker.read()
-    assert (state.replicas, state.ready_replicas) == (5, 2)
+async def test_a_watched_deployment_is_read_from_the_watch_with_its_ready_replicas(
+        fake_kube: FakeKube, kubeconfig: Path) -> None:
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    cache = WorkloadCache()
+    watch = asyncio.create_task(WorkloadWatch(api, cache, "Deployment").run())
+    try:
+        worker = KubernetesScaleTarget(api.api_client, ScaleTargetRef(name="worker"), "default", workloads=cache)
+        assert (await worker.read()).ready_replicas is None  # not listed yet: read through /scale, which does not say
+        await _until(lambda: cache.watches("Deployment", "default"))
+        before = len(fake_kube.requests)
+        state = await worker.read()
+        assert (state.replicas, state.ready_replicas, state.watched) == (2, 2, True)
+        assert state.version == fake_kube.get("apps/v1", "Deployment", "worker")["metadata"]["resourceVersion"]
+        fake_kube.set_ready_delay(None)  # pods never come
+        await worker.scale(5, state)
+        await _until(lambda: (cache.get("Deployment", "default", "worker") or state).replicas == 5)
+        state = await worker.read()
+        assert (state.replicas, state.ready_replicas) == (5, 2)
+        assert [(r.method, r.path) for r in fake_kube.requests[before:]] == [
+            ("PUT", "/apis/apps/v1/namespaces/default/deployments/worker/scale")]
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await api.close()
 
 
 @pytest.mark.usefixtures("worker")
-async def test_ready_replicas_are_unknown_without_rbac_to_read_the_workload(fake_kube: FakeKube,
-                                                                           aio_api: aio_client.ApiClient) -> None:
-    fake_kube.add_fault(method="GET", path="/deployments/worker$", status=403, times=None)
-    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", read_ready=True)
-    assert (await worker.read()).ready_replicas is None
-    assert (await worker.read()).replicas == 2
-    asked = [r for r in fake_kube.requests if r.path.endswith("/deployments/worker")]
-    assert len(asked) == 1
+async def test_ready_replicas_are_unknown_where_the_watch_is_forbidden(fake_kube: FakeKube, kubeconfig: Path) -> None:
+    fake_kube.add_fault(method="GET", path="/deployments(\\?|$)", status=403, times=None)
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    cache = WorkloadCache()
+    watch = asyncio.create_task(WorkloadWatch(api, cache, "Deployment").run())
+    try:
+        await _until(lambda: any(r.path.endswith("/deployments") for r in fake_kube.requests))
+        worker = KubernetesScaleTarget(api.api_client, ScaleTargetRef(name="worker"), "default", workloads=cache)
+        state = await worker.read()
+        assert (state.replicas, state.ready_replicas, state.watched) == (2, None, False)
+        assert fake_kube.requests[-1].path.endswith("/deployments/worker/scale")
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await api.close()
+
+
+async def _until(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
 
 
 @pytest.mark.usefixtures("worker")
@@ -244,3 +280,70 @@ async def test_the_reconciler_scales_a_deployment_and_redoes_a_raced_write(fake_
     assert fake_kube.get("apps/v1", "Deployment", "orders-worker", "shop")["spec"]["replicas"] == 5
     writes = [r.status for r in fake_kube.requests if r.method == "PUT" and r.path.endswith("/scale")]
     assert writes == [409, 200]
+
+
+@pytest.mark.usefixtures("worker")
+async def test_after_a_409_the_next_read_asks_the_api_server_until_the_watch_catches_up(
+        fake_kube: FakeKube, aio_api: aio_client.ApiClient) -> None:
+    """A watch can lag behind a change (here it is not running at all): the write made on the version it showed
+    gets 409, and the read that follows goes to the Scale instead of deciding on the same stale version again."""
+    cache = WorkloadCache()
+    handler = cache.handler("Deployment")
+    await handler.sync(None, fake_kube.list_objects("apps/v1", "Deployment"))
+    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", workloads=cache)
+    stale = await worker.read()
+    assert stale.watched and stale.replicas == 2
+    fake_kube.store.update_scale(fake_kube.resource("apps/v1", "Deployment"), "default", "worker",
+                                 {"metadata": {"name": "worker"}, "spec": {"replicas": 7}})  # kubectl scale
+    with pytest.raises(TargetConflict):
+        await worker.scale(4, stale)
+    fresh = await worker.read()
+    assert (fresh.replicas, fresh.watched) == (7, False)
+    assert fake_kube.requests[-1].path.endswith("/deployments/worker/scale")
+    await handler.upsert(fake_kube.get("apps/v1", "Deployment", "worker"))  # the watch catches up
+    caught_up = await worker.read()
+    assert (caught_up.replicas, caught_up.watched, caught_up.ready_replicas) == (7, True, 7)
+
+
+@pytest.mark.usefixtures("worker")
+async def test_a_write_after_a_409_is_not_undone_by_a_watch_that_is_still_behind(
+        fake_kube: FakeKube, aio_api: aio_client.ApiClient) -> None:
+    """After the 409 the tick reads the Scale and writes on its version; the cache still shows the version from
+    before both changes, and must not be taken for the target's state on the next tick."""
+    cache = WorkloadCache()
+    await cache.handler("Deployment").sync(None, fake_kube.list_objects("apps/v1", "Deployment"))
+    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", workloads=cache)
+    stale = await worker.read()
+    fake_kube.store.update_scale(fake_kube.resource("apps/v1", "Deployment"), "default", "worker",
+                                 {"metadata": {"name": "worker"}, "spec": {"replicas": 7}})
+    with pytest.raises(TargetConflict):
+        await worker.scale(4, stale)
+    written = await worker.scale(4, await worker.read())
+    again = await worker.read()
+    assert (again.replicas, again.version) == (4, written.version)
+    assert fake_kube.get("apps/v1", "Deployment", "worker")["spec"]["replicas"] == 4
+
+
+@pytest.mark.usefixtures("worker")
+async def test_a_watch_forbidden_while_running_stops_being_trusted(fake_kube: FakeKube, kubeconfig: Path) -> None:
+    """RBAC taken away mid-run: the cache would never change again, so the target goes back to its /scale."""
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    cache = WorkloadCache()
+    errors: list[str] = []
+    watch = asyncio.create_task(WorkloadWatch(api, cache, "Deployment", on_error=errors.append).run())
+    try:
+        await _until(lambda: cache.watches("Deployment", "default"))
+        fake_kube.add_fault(method="GET", path="/deployments(\\?|$)", status=403, times=None)
+        fake_kube.drop_watches()
+        await _until(lambda: not cache.watches("Deployment", "default"))
+        assert "Forbidden" in errors
+        worker = KubernetesScaleTarget(api.api_client, ScaleTargetRef(name="worker"), "default", workloads=cache)
+        assert (await worker.read()).watched is False
+        fake_kube.clear_faults()  # granted again: the relist after the back-off trusts the watch again
+        await _until(lambda: cache.watches("Deployment", "default"), timeout=10)
+        assert (await worker.read()).watched is True
+    finally:
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watch
+        await api.close()

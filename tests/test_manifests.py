@@ -695,7 +695,19 @@ async def test_operator_scales_targets_through_the_scale_subresource_only(instal
     apps = client.AppsV1Api(operator_api)
     forbidden(apps.read_namespaced_deployment, "orders-worker", "shop")
     forbidden(apps.patch_namespaced_deployment, "orders-worker", "shop", {"spec": {"replicas": 1}})
-    forbidden(apps.list_deployment_for_all_namespaces)
+    forbidden(apps.delete_namespaced_deployment, "orders-worker", "shop")
+
+
+def test_operator_watches_deployments_and_statefulsets_but_cannot_change_them(
+        operator_api: client.ApiClient) -> None:
+    """The targets' watch (controller/kube/workloads.py) lists and watches every namespace; nothing more."""
+    apps = client.AppsV1Api(operator_api)
+    listed = apps.list_deployment_for_all_namespaces()
+    assert "orders-worker" in [d.metadata.name for d in listed.items]
+    events = list(watch.Watch().stream(apps.list_stateful_set_for_all_namespaces, timeout_seconds=1))
+    assert events == []
+    forbidden(apps.create_namespaced_stateful_set, "shop", {"metadata": {"name": "x"}})
+    forbidden(client.AppsV1Api(operator_api).list_replica_set_for_all_namespaces)
 
 
 def test_operator_reads_a_named_secret_but_cannot_list_secrets(operator_api: client.ApiClient) -> None:

@@ -20,7 +20,8 @@ Status = dict[str, Any]
 
 MAX_MESSAGE = 1024
 # Fields that change on every poll; a change in them alone is written at most every `volatile_interval`.
-VOLATILE_FIELDS = ("queueLength", "trend", "sources", "lastPollTime", "lastDecision")
+# readyReplicas too: it climbs pod by pod during a scale-up, a write per pod would be a write per tick.
+VOLATILE_FIELDS = ("queueLength", "trend", "sources", "lastPollTime", "lastDecision", "readyReplicas")
 
 
 def rfc3339(seconds: float) -> str:
@@ -105,7 +106,8 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         "memory": result.memory.to_json(),
     }
     previous_status = previous or {}
-    for carried in ("lastScaleTime", "desiredReplicas", "currentReplicas", "readyReplicas", "queueLength", "trend"):
+    for carried in ("lastScaleTime", "desiredReplicas", "currentReplicas", "readyReplicas", "startupSeconds",
+                    "queueLength", "trend"):
         if carried in previous_status:
             status[carried] = previous_status[carried]
     decision = result.decision
@@ -120,6 +122,8 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         status["currentReplicas"] = result.state.replicas
         if result.state.ready_replicas is not None:
             status["readyReplicas"] = result.state.ready_replicas
+        if result.state.startup_seconds is not None:
+            status["startupSeconds"] = round(result.state.startup_seconds, 1)
     if result.scaled is not None:
         status["lastScaleTime"] = rfc3339(result.scaled.time)
 

@@ -10,11 +10,18 @@ from controller.spec import ScaleTargetRef
 
 @dataclass(frozen=True)
 class ScaleState:
-    """What the target says about itself: the replicas asked for, those ready, and a version for safe writes."""
+    """What the target says about itself: the replicas asked for, those ready, and a version for safe writes.
+
+    `watched`: a watch keeps this target's state current, so reading it again costs nothing and shows a change made
+    by someone else at once (the reconciler then reads it on every tick instead of trusting what it last read).
+    `startup_seconds`: the last measured time from a scale-up this operator asked for to the target's ready
+    replicas reaching the count asked (None until one is measured). Reported, not yet used by the policy."""
 
     replicas: int
     ready_replicas: int | None = None
     version: str | None = None
+    watched: bool = False
+    startup_seconds: float | None = None
 
 
 class TargetError(Exception):

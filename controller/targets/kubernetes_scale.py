@@ -5,16 +5,20 @@ tick then really cancels the request (a thread keeps blocking on its socket), an
 pool sized to the number of rules. The caller owns the `ApiClient` (one per operator, closed on shutdown), so
 tests hand in a client configured for the fake API server.
 
+Reads of a watched kind (Deployments, StatefulSets: controller/kube/workloads.py) come from the watch's cache, with
+no request, and carry readyReplicas and the measured start-up time; other kinds, and watched ones whose object the
+cache does not hold (not yet listed, or the list is forbidden), are read through their scale subresource.
+
 Writes are `PUT`s of an autoscaling/v1 Scale carrying the resourceVersion that was read: if anyone changed the
 target since (a user, a rollout, another autoscaler), the server answers 409 and the reconciler reads and decides
-again instead of overwriting a newer decision.
+again instead of overwriting a newer decision. A workload's resourceVersion is its Scale's, so the version from the
+watch serves as well as one from a GET of the Scale.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,10 +26,9 @@ import aiohttp
 from kubernetes.aio.client import ApiClient
 from kubernetes.aio.client.exceptions import ApiException
 
+from controller.kube.workloads import WATCHED_KINDS, WATCHED_VERSION, Workload, WorkloadCache
 from controller.spec import ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
-
-log = logging.getLogger(__name__)
 
 # Kinds whose plural is known without asking discovery (group, kind) -> plural.
 KNOWN_PLURALS: Mapping[tuple[str, str], str] = {
@@ -54,16 +57,19 @@ class KubernetesScaleTarget:
     """One workload in one namespace, read and scaled through its scale subresource."""
 
     def __init__(self, api: ApiClient, ref: ScaleTargetRef, namespace: str, *, plural: str | None = None,
-                 request_timeout: float = 10.0, read_ready: bool = False) -> None:
-        """`read_ready`: also GET the workload for status.readyReplicas (a Scale does not carry it). That needs
-        `get` on the workload kind itself; without it (403) ready replicas stay unknown and are not asked again."""
+                 request_timeout: float = 10.0, workloads: WorkloadCache | None = None) -> None:
+        """`workloads`: the watch cache to read a Deployment or StatefulSet from (None: always read /scale)."""
         self._api = api
-        self.read_ready = read_ready
         self._ref = ref
         self.namespace = namespace
         self.group, self.version = split_api_version(ref.api_version)
         self._plural = plural or KNOWN_PLURALS.get((self.group, ref.kind))
         self.request_timeout = request_timeout
+        watched = (self.group, ref.kind) in WATCHED_KINDS and ref.api_version == WATCHED_VERSION
+        self._workloads = workloads if watched else None
+        # The version the cache showed when we learned it was out of date (our own write, or a 409), with what our
+        # write returned (None after a 409): until the watch moves past it, the cache is not trusted.
+        self._superseded: tuple[str, ScaleState | None] | None = None
 
     @property
     def ref(self) -> ScaleTargetRef:
@@ -75,35 +81,68 @@ class KubernetesScaleTarget:
         return f"{self._ref.kind} {self.namespace}/{self._ref.name} ({self._ref.api_version})"
 
     async def read(self) -> ScaleState:
-        """The target's Scale: spec.replicas and the resourceVersion to write against."""
-        path = await self._scale_path()
-        state = _state(await self._request("GET", path))
-        if not self.read_ready:
-            return state
-        return dataclasses.replace(state, ready_replicas=await self._ready_replicas(path.removesuffix("/scale")))
+        """The target's spec.replicas and the resourceVersion to write against: from the watch when it holds the
+        target (with readyReplicas and the start-up time), else from a GET of its Scale (ready unknown)."""
+        cached = self._from_watch()
+        if cached is not None:
+            return cached
+        return _state(await self._request("GET", await self._scale_path()))
 
-    async def _ready_replicas(self, path: str) -> int | None:
-        """status.readyReplicas of the workload (absent means 0), or None when it cannot be read."""
-        try:
-            workload = await self._request("GET", path)
-        except TargetError as error:
-            if error.code == "Forbidden":
-                self.read_ready = False  # RBAC will not change by itself: stop asking
-                log.warning("%s: cannot read ready replicas (%s); reporting them as unknown", self.description,
-                            error.message)
+    def _watched(self) -> Workload | None:
+        cache = self._workloads
+        if cache is None or not cache.watches(self._ref.kind, self.namespace):
             return None
-        status = workload.get("status") if isinstance(workload, dict) else None
-        ready = status.get("readyReplicas") if isinstance(status, dict) else None
-        return int(ready) if isinstance(ready, int) else 0
+        return cache.get(self._ref.kind, self.namespace, self._ref.name)
+
+    def _from_watch(self) -> ScaleState | None:
+        workload = self._watched()
+        if workload is None:
+            return None
+        assert self._workloads is not None
+        startup = self._workloads.startup_seconds(self._ref.kind, self.namespace, self._ref.name)
+        if self._superseded is not None:
+            stale, written = self._superseded
+            if workload.version == stale:  # the watch has not shown our write (or the change that beat us) yet
+                if written is None:
+                    return None
+                return dataclasses.replace(written, ready_replicas=workload.ready_replicas, startup_seconds=startup)
+            self._superseded = None
+        return ScaleState(replicas=workload.replicas, ready_replicas=workload.ready_replicas,
+                          version=workload.version or None, watched=True, startup_seconds=startup)
 
     async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
         """Set spec.replicas, only if the target has not changed since `read` (TargetConflict otherwise)."""
         metadata: dict[str, Any] = {"name": self._ref.name, "namespace": self.namespace}
         if read.version is not None:
             metadata["resourceVersion"] = read.version
+        cache = self._workloads
+        workload = self._watched()
+        if workload is not None and workload.uid and workload.version == read.version:
+            # A UID precondition, as the Scale registry checks it: a target deleted and created again under the same
+            # name is not the one we decided for.
+            metadata["uid"] = workload.uid
         body = {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": metadata, "spec": {"replicas": replicas}}
-        scale = await self._request("PUT", await self._scale_path(), body)
-        return _state(scale)
+        ask = None
+        if cache is not None and workload is not None and replicas > read.replicas:
+            ask = cache.asked(self._ref.kind, self.namespace, self._ref.name, replicas, read.version)
+        try:
+            written = _state(await self._request("PUT", await self._scale_path(), body))
+        except TargetError as error:
+            if cache is not None and ask is not None:
+                cache.withdraw(ask)
+            if isinstance(error, TargetConflict) and workload is not None:
+                # The server is past what the cache shows: read the Scale until the watch has moved on.
+                self._superseded = (workload.version, None)
+            raise
+        if cache is None or workload is None:
+            return written
+        written = dataclasses.replace(
+            written, ready_replicas=workload.ready_replicas, watched=True,
+            startup_seconds=cache.startup_seconds(self._ref.kind, self.namespace, self._ref.name))
+        # Until the watch shows our write, the cache's version is the one it replaced (even when `read` came from a
+        # GET after a 409, and the cache is further behind still).
+        self._superseded = (workload.version, written)
+        return written
 
     # ----------------------------------------------------------------------------------------------------------
 

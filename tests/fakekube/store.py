@@ -536,6 +536,14 @@ class Store:
             sent_version = meta.get("resourceVersion")
             if sent_version not in (None, "") and str(sent_version) != current["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
+            # The Scale registry's UID precondition (pkg/registry/apps/deployment/storage/storage.go,
+            # scaleUpdatedObjectInfo.UpdatedObject): a Scale naming another uid is a 409.
+            sent_uid = meta.get("uid")
+            if sent_uid and sent_uid != current["metadata"]["uid"]:
+                raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {rt.plural}/scale.{rt.group} "{name}": '
+                               f"Precondition failed: UID in precondition: {sent_uid}, UID in object meta: "
+                               f"{current['metadata']['uid']}", {"name": name, "group": rt.group,
+                                                                 "kind": f"{rt.plural}/scale"})
             return self._write_scale(rt, current, body, dry_run=dry_run, manager=manager)
 
     def _write_scale(self, rt: ResourceType, current: Obj, scale: Obj, *, dry_run: bool = False,
