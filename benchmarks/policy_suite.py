@@ -254,7 +254,15 @@ def write_charts(folder: Path, rows: Sequence[Row]) -> list[str]:
     return lines
 
 
+def kept_notes(path: Path) -> list[str]:
+    """The hand-written `## Notes` section that ends the page (what moved and why), carried over a rerun."""
+    existing = path.read_text() if path.exists() else ""
+    start = existing.find("\n## Notes\n")
+    return ["", *existing[start + 1:].rstrip("\n").split("\n")] if start >= 0 else []
+
+
 def write_markdown(path: Path, rows: Sequence[Row], elapsed: float, args: Any) -> None:
+    notes = kept_notes(path)
     command = "    .venv/bin/python -m benchmarks.policy_suite --markdown docs/benchmarks.md"
     text = "\n".join([
         "# Policy benchmark: queuescale's default policy against KEDA + HPA",
@@ -277,6 +285,7 @@ def write_markdown(path: Path, rows: Sequence[Row], elapsed: float, args: Any) -
         "cheapest meeting the SLO, else the cheapest reaching our p99, else the default).",
         "",
         *write_charts(path.parent / "benchmarks", rows),
+        *notes,
         "",
     ])
     path.write_text(text)

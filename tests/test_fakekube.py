@@ -758,7 +758,8 @@ def test_runs_as_a_subprocess_with_admin_endpoints(tmp_path: Path) -> None:
             with urllib.request.urlopen(f"{server}/_fake/table?resource=qs&namespace=default", timeout=5,
                                         context=trusted) as table:
                 lines = table.read().decode().splitlines()
-            assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "AGE"]
+            assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "ACTIVE",
+                                        "FALLBACK", "PAUSED", "AGE"]
             # A value the object lacks (status.queueLength) is a null cell, which kubectl prints as nothing.
             assert lines[1].split()[:4] == ["orders", "worker", "0", "10"]
             assert lines[1][lines[0].index("QUEUE"):lines[0].index("DESIRED")].strip() == ""

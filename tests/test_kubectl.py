@@ -225,7 +225,7 @@ def test_kubectl_get_qs_fills_every_printer_column_as_the_api_server_does(cluste
     # pkg/registry/customresource/tableconvertor/tableconvertor.go); kubectl only prints it.
     command = doc_line("Check it works", "kubectl get qs -A")
     expected = {"NAMESPACE": NS, "NAME": RULE, "TARGET": RULE, "MIN": "0", "MAX": "50", "QUEUE": str(MESSAGES),
-                "DESIRED": "5", "CURRENT": "5", "READY": "5"}
+                "DESIRED": "5", "CURRENT": "5", "READY": "5", "ACTIVE": "True", "FALLBACK": "False", "PAUSED": "False"}
 
     deadline = time.monotonic() + 20  # the first poll, the scale, the pods ready, a status write (every 1 s)
     while True:

@@ -106,7 +106,8 @@ async def running(fake_kube: FakeKube, kubeconfig: Path, azurite: Azurite,
     """The operator (no leader election) watching every namespace, with KEPT rules synced and ticking."""
     fake_kube.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
     fake_kube.ensure_namespace(NS)
-    fake_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "queue", "namespace": NS},
+    fake_kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "queue", "namespace": NS,
+                                                                   "annotations": {"queuescale.io/allowed-rules": "*"}},
                       "data": {"connection": base64.b64encode(azurite.connection_string.encode()).decode()}})
     queue = queue_name()
     make_queue(azurite, queue, messages=15)

@@ -2,24 +2,30 @@
 
 This is the competitor, not our controller, so it is its own code. Two loops, as in a cluster:
 
-1. KEDA, every `pollingInterval`: a trigger is active when its count > activationQueueLength. Active at 0
-   replicas: set max(1, minReplicaCount). Inactive past lastActiveTime + cooldownPeriod (and past
-   initialCooldownPeriod from the start): go straight to idleReplicaCount, or to 0 when minReplicaCount is 0.
-2. The HPA, every 15 s (minReplicas = max(1, min), maxReplicas = max), on an external metric per trigger with
-   target AverageValue = queueLength (or Value): tolerance 0.1, the largest recommendation of the triggers, then
-   `behavior`: stabilization windows, Pods/Percent rate limits with selectPolicy, and the bounds. At 0 replicas
-   the HPA does nothing (scaling from and to 0 is KEDA's).
+1. KEDA, every `pollingInterval` (kedacore/keda pkg/scaling/executor/scale_scaledobjects.go, RequestScale): a
+   trigger is active when its count > activationQueueLength. Active at 0 replicas, or below minReplicaCount with
+   an idleReplicaCount: set minReplicaCount (at least 1). Inactive: above idleReplicaCount, or above 0 with
+   minReplicaCount 0, once cooled down (lastActiveTime + cooldownPeriod, or, while never active,
+   initialCooldownPeriod from the start): go straight to idleReplicaCount, else minReplicaCount. Inactive below
+   minReplicaCount without idleReplicaCount: set minReplicaCount.
+2. The HPA, every 15 s (kubernetes/kubernetes pkg/controller/podautoscaler/horizontal.go, reconcileAutoscaler),
+   minReplicas = max(1, min), maxReplicas = max: nothing at 0 replicas; above max or below min, straight to the
+   bound without metrics; otherwise one external metric per trigger (replica_calculator.go), the largest
+   recommendation, then either the legacy normalization (KEDA leaves `behavior` nil when the ScaledObject sets
+   none: the max of the last 5 minutes of recommendations, scale-up limited to max(2 x current, 4)) or `behavior`
+   (stabilization windows, Pods/Percent rate limits with selectPolicy).
 
-KEDA's metrics server asks the scaler for a fresh count on each HPA request (unless `useCachedMetrics`, where
-the HPA sees the count of KEDA's last poll).
+The pure functions below carry upstream's names so that tests/test_keda_upstream.py can transcribe upstream's
+test tables onto them. KEDA's metrics server asks the scaler for a fresh count on each HPA request (unless
+`useCachedMetrics`, where the HPA sees the count of KEDA's last poll).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import yaml
@@ -28,7 +34,19 @@ from controller.simulator.world import PEEK_LIMIT, World
 from controller.spec import FieldError, Fields, SpecError
 
 HPA_SYNC = 15
-HPA_TOLERANCE = 0.1
+HPA_TOLERANCE = 0.1  # kube-controller-manager --horizontal-pod-autoscaler-tolerance
+DOWNSCALE_STABILIZATION = 300  # --horizontal-pod-autoscaler-downscale-stabilization: the legacy path's window
+SCALE_UP_LIMIT_FACTOR = 2.0  # horizontal.go scaleUpLimitFactor (its _test.go raises it to 8; production is 2)
+SCALE_UP_LIMIT_MINIMUM = 4.0  # horizontal.go scaleUpLimitMinimum
+
+KUBERNETES_VERSION_ANNOTATION = "simulator.queuescale.io/kubernetes-version"
+OLDEST_KUBERNETES = (1, 23)  # autoscaling/v2 is GA from 1.23
+NEWEST_KUBERNETES = (1, 35)  # what the newest KEDA is built against (go.mod k8s.io/api v0.35)
+EDGE_WITHIN_TOLERANCE = (1, 33)  # kubernetes/kubernetes#130797: Tolerances.isWithin replaces math.Abs
+CONFIGURABLE_TOLERANCE = (1, 34)  # HPAConfigurableTolerance: alpha (off) in 1.33, beta (on) from 1.34
+
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -43,6 +61,7 @@ class HpaDirection:
     stabilization_window: int
     policies: tuple[HpaPolicy, ...]
     select_policy: Literal["Max", "Min", "Disabled"] = "Max"
+    tolerance: float | None = None  # None: the controller's flag (0.1)
 
 
 DEFAULT_UP = HpaDirection(0, (HpaPolicy("Pods", 4, 15), HpaPolicy("Percent", 100, 15)))
@@ -50,10 +69,18 @@ DEFAULT_DOWN = HpaDirection(300, (HpaPolicy("Percent", 100, 15),))
 
 
 @dataclass(frozen=True)
+class HpaBehavior:
+    """`advanced.horizontalPodAutoscalerConfig.behavior`, with autoscaling/v2 defaults for what it leaves out."""
+
+    scale_up: HpaDirection = DEFAULT_UP
+    scale_down: HpaDirection = DEFAULT_DOWN
+
+
+@dataclass(frozen=True)
 class AzureQueueTrigger:
     queue_name: str
-    queue_length: float = 5.0
-    activation_queue_length: float = 0.0
+    queue_length: int = 5
+    activation_queue_length: int = 0
     strategy: Literal["all", "visibleonly"] = "all"
     metric_type: Literal["AverageValue", "Value"] = "AverageValue"
     use_cached_metrics: bool = False
@@ -69,8 +96,8 @@ class ScaledObject:
     max_replicas: int = 100
     idle_replicas: int | None = None
     triggers: tuple[AzureQueueTrigger, ...] = ()
-    scale_up: HpaDirection = DEFAULT_UP
-    scale_down: HpaDirection = DEFAULT_DOWN
+    behavior: HpaBehavior | None = None  # None: KEDA creates the HPA with `behavior: nil` (the legacy path)
+    kubernetes_version: tuple[int, int] = NEWEST_KUBERNETES
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -80,22 +107,33 @@ _TRIGGER_METADATA = {
     "queueName", "queueLength", "activationQueueLength", "queueLengthStrategy", "connectionFromEnv", "connection",
     "accountName", "cloud", "endpointSuffix", "metricName", "queueURL", "queueURLFromEnv",
 }
+_JSON_INTEGER = re.compile(r"-?(0|[1-9][0-9]*)")
 
 
-def _metadata_number(f: Fields, name: str, default: float) -> float:
-    """KEDA writes metadata values as strings ("5"); accept a number too."""
+def _metadata_string(f: Fields, name: str) -> str | None:
+    """A trigger metadata value as KEDA sees it: the CRD types metadata as map[string]string, KEDA trims it."""
     value = f.raw.get(name)
     f.read.add(name)
     if value is None:
+        return None
+    if not isinstance(value, str):
+        f.error(name, f'must be a string (the ScaledObject CRD types metadata values as strings: the API server '
+                      f'rejects {value!r} unquoted; write "{value}")')
+        return None
+    value = value.strip()
+    return value or None  # KEDA's typed config treats an empty value as not set
+
+
+def _metadata_int64(f: Fields, name: str, default: int) -> int:
+    """An int64 metadata field: KEDA's typed config decodes it with encoding/json, so only a JSON integer passes."""
+    value = _metadata_string(f, name)
+    if value is None:
         return default
-    try:
-        number = float(value) if isinstance(value, str | int | float) and not isinstance(value, bool) else math.nan
-    except ValueError:
-        number = math.nan
-    if not math.isfinite(number) or number < 0:
-        f.error(name, f'must be a number >= 0 (KEDA writes it as a string, e.g. "5"), got {value!r}')
+    if not _JSON_INTEGER.fullmatch(value) or not -INT64_MAX - 1 <= int(value) <= INT64_MAX:
+        f.error(name, f'must be a whole number (KEDA reads it as an int64: "2.5", "1e3" or "05" are rejected), '
+                      f'got "{value}"')
         return default
-    return number
+    return int(value)
 
 
 def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQueueTrigger | None:
@@ -114,16 +152,19 @@ def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQu
     m = f.child("metadata")
     if not f.has("metadata"):
         f.missing("metadata")
-    queue_name = m.string("queueName", required=True)
-    queue_length = _metadata_number(m, "queueLength", 5.0)
+    queue_name = _metadata_string(m, "queueName")
+    if queue_name is None and isinstance(m.raw.get("queueName", ""), str):
+        m.missing("queueName")  # absent, empty or blank: KEDA's "missing required parameter"
+    queue_length = _metadata_int64(m, "queueLength", 5)
     if queue_length <= 0:
-        m.error("queueLength", f"must be > 0, got {queue_length:g}")
-        queue_length = 5.0
-    activation = _metadata_number(m, "activationQueueLength", 0.0)
-    strategy = str(m.raw.get("queueLengthStrategy", "all")).lower()
-    m.read.add("queueLengthStrategy")
+        # KEDA passes it on as the HPA's target, and the API server refuses a target that is not positive.
+        m.error("queueLength", f"must be > 0 (the HPA's metric target must be positive), got {queue_length}")
+        queue_length = 5
+    activation = _metadata_int64(m, "activationQueueLength", 0)
+    strategy = _metadata_string(m, "queueLengthStrategy") or "all"
     if strategy not in ("all", "visibleonly"):
-        m.error("queueLengthStrategy", f'must be "all" or "visibleonly", got {m.raw.get("queueLengthStrategy")!r}')
+        # KEDA's enum check compares the exact string: "VisibleOnly" is refused.
+        m.error("queueLengthStrategy", f'must be "all" or "visibleonly" (lower case), got "{strategy}"')
         strategy = "all"
     for name in m.raw:
         if name not in _TRIGGER_METADATA and name not in m.read:
@@ -131,11 +172,30 @@ def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQu
     m.read.update(m.raw)
     f.finish()
     return AzureQueueTrigger(
-        queue_name=queue_name, queue_length=queue_length, activation_queue_length=activation,
+        queue_name=queue_name or "", queue_length=queue_length, activation_queue_length=activation,
         strategy=strategy,  # type: ignore[arg-type]
         metric_type=metric_type,  # type: ignore[arg-type]
         use_cached_metrics=use_cached,
     )
+
+
+_QUANTITY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(m?)")
+
+
+def _tolerance(f: Fields) -> float | None:
+    """`tolerance`: a resource.Quantity (int-or-string in the CRD), >= 0."""
+    value = f.raw.get("tolerance")
+    f.read.add("tolerance")
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    match = _QUANTITY.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        f.error("tolerance", f'must be a quantity >= 0 written as a string, e.g. "0.05" or "50m", got {value!r}')
+        return None
+    number = float(match.group(1))
+    return number / 1000 if match.group(2) else number
 
 
 def _parse_direction(f: Fields, default: HpaDirection) -> HpaDirection:
@@ -154,9 +214,25 @@ def _parse_direction(f: Fields, default: HpaDirection) -> HpaDirection:
                                        maximum=3600),
         policies=tuple(policies) if f.has("policies") else default.policies,
         select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), "Max"),  # type: ignore[arg-type]
+        tolerance=_tolerance(f),
     )
     f.finish()
     return direction
+
+
+def _kubernetes_version(meta: Fields) -> tuple[int, int]:
+    annotations = meta.raw.get("annotations")
+    value = annotations.get(KUBERNETES_VERSION_ANNOTATION) if isinstance(annotations, Mapping) else None
+    if value is None:
+        return NEWEST_KUBERNETES
+    match = re.fullmatch(r"v?1\.(\d+)(?:\.\d+)?", str(value).strip())
+    version = (1, int(match.group(1))) if match else None
+    if version is None or not OLDEST_KUBERNETES <= version <= NEWEST_KUBERNETES:
+        meta.error(f"annotations.{KUBERNETES_VERSION_ANNOTATION}",
+                   f'must be a Kubernetes version from 1.{OLDEST_KUBERNETES[1]} to 1.{NEWEST_KUBERNETES[1]} '
+                   f'(e.g. "1.32"), got {value!r}')
+        return NEWEST_KUBERNETES
+    return version
 
 
 def parse_scaled_object(doc: object) -> ScaledObject:
@@ -171,6 +247,7 @@ def parse_scaled_object(doc: object) -> ScaledObject:
         f.error("kind", f'must be "ScaledObject", got "{kind}"')
     meta = f.child("metadata")
     name = meta.string("name", required=True)
+    version = _kubernetes_version(meta)
     meta.read.update(meta.raw)
     s = f.child("spec")
     if not f.has("spec"):
@@ -185,8 +262,11 @@ def parse_scaled_object(doc: object) -> ScaledObject:
     if maximum < minimum:
         s.error("maxReplicaCount", f"must be >= minReplicaCount ({minimum}), got {maximum}")
     idle = s.optional_integer("idleReplicaCount", minimum=0)
-    if idle is not None and idle >= minimum:
-        s.error("idleReplicaCount", f"must be less than minReplicaCount ({minimum}), got {idle}")
+    # keda apis/keda/v1alpha1 CheckReplicaCountBoundsAreValid compares with the HPA's minimum (at least 1) when
+    # minReplicaCount is set, with 0 when it is not: `minReplicaCount: 0, idleReplicaCount: 0` is accepted.
+    idle_bound = max(1, minimum) if s.has("minReplicaCount") else 0
+    if idle is not None and idle >= idle_bound:
+        s.error("idleReplicaCount", f"must be less than minReplicaCount ({idle_bound}), got {idle}")
     fallback = s.child("fallback")  # read for validation; the simulated queue never fails, so it never applies
     fallback.integer("failureThreshold", 3, minimum=1)
     fallback.integer("replicas", 0, minimum=0)
@@ -198,10 +278,11 @@ def parse_scaled_object(doc: object) -> ScaledObject:
         advanced.error("scalingModifiers", "is not supported by the simulator")
     hpa = advanced.child("horizontalPodAutoscalerConfig")
     hpa.string("name", "")
-    behavior = hpa.child("behavior")
-    scale_up = _parse_direction(behavior.child("scaleUp"), DEFAULT_UP)
-    scale_down = _parse_direction(behavior.child("scaleDown"), DEFAULT_DOWN)
-    behavior.finish()
+    behavior_given = hpa.has("behavior")
+    behavior_fields = hpa.child("behavior")
+    behavior = HpaBehavior(_parse_direction(behavior_fields.child("scaleUp"), DEFAULT_UP),
+                           _parse_direction(behavior_fields.child("scaleDown"), DEFAULT_DOWN))
+    behavior_fields.finish()
     hpa.finish()
     advanced.finish()
     triggers = [
@@ -215,7 +296,9 @@ def parse_scaled_object(doc: object) -> ScaledObject:
         cooldown_period=s.integer("cooldownPeriod", 300, minimum=0),
         initial_cooldown_period=s.integer("initialCooldownPeriod", 0, minimum=0),
         min_replicas=minimum, max_replicas=maximum, idle_replicas=idle, triggers=tuple(triggers),
-        scale_up=scale_up, scale_down=scale_down,
+        # keda controllers/keda/hpa.go copies the behavior as is, and nil when the ScaledObject has none.
+        behavior=behavior if behavior_given else None,
+        kubernetes_version=version,
     )
     s.finish()
     f.read.add("status")
@@ -232,9 +315,11 @@ class ScaledObjectError(Exception):
 
 
 def load_scaled_objects(path: str) -> list[ScaledObject]:
-    """Every ScaledObject in a YAML file (other kinds are skipped); raises ScaledObjectError."""
+    """Every ScaledObject in a YAML file (`-`: standard input; other kinds are skipped); raises ScaledObjectError."""
+    from controller.rulefiles import read_input
+
     try:
-        docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+        docs = list(yaml.safe_load_all(read_input(path)))
     except OSError as exc:
         raise ScaledObjectError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     except yaml.YAMLError:
@@ -254,6 +339,187 @@ def load_scaled_objects(path: str) -> list[ScaledObject]:
         raise ScaledObjectError([f"{path}: no ScaledObject in this file"])
     return found
 
+# --------------------------------------------------------------------------------------------------------------
+# The HPA's arithmetic, as upstream's pure functions (times are seconds; `now` is the sync's time)
+
+
+@dataclass(frozen=True)
+class Tolerances:
+    """replica_calculator.go Tolerances: how far the usage ratio may stray from 1 before the HPA acts."""
+
+    scale_down: float = HPA_TOLERANCE
+    scale_up: float = HPA_TOLERANCE
+    edge_within: bool = True  # Kubernetes >= 1.33: a ratio exactly at 1 +- tolerance is within
+
+    def is_within(self, usage_ratio: float) -> bool:
+        if self.edge_within:
+            return 1.0 - self.scale_down <= usage_ratio <= 1.0 + self.scale_up
+        # Before 1.33 one tolerance, compared as |1 - ratio| <= tolerance: in floating point |1 - 1.1| is
+        # 0.10000000000000009, so a ratio of exactly 1.1 counted as outside.
+        return abs(1.0 - usage_ratio) <= self.scale_up
+
+
+def _ratio(usage: float, target: float) -> float:
+    """Go's float division: x/0 is +Inf (or NaN for 0/0) where Python raises."""
+    if target == 0:
+        return math.inf if usage > 0 else math.nan
+    return usage / target
+
+
+def _to_int32(value: float) -> int:
+    return INT32_MAX if value > INT32_MAX else int(value)
+
+
+def external_per_pod_metric_replicas(status_replicas: int, target_per_pod: int, usage: int,
+                                     tolerances: Tolerances) -> int:
+    """GetExternalPerPodMetricReplicas: an AverageValue target, over the pods that exist (status.replicas)."""
+    ratio = _ratio(float(usage), float(target_per_pod) * float(status_replicas))
+    if tolerances.is_within(ratio):
+        return status_replicas
+    return _to_int32(math.ceil(_ratio(float(usage), float(target_per_pod))))
+
+
+def external_metric_replicas(current_replicas: int, target: int, usage: int, tolerances: Tolerances,
+                             ready_pods: int) -> int:
+    """GetExternalMetricReplicas (getUsageRatioReplicaCount): a Value target, scaled over the ready pods only."""
+    ratio = _ratio(float(usage), float(target))
+    if current_replicas == 0:
+        return _to_int32(math.ceil(ratio))
+    if tolerances.is_within(ratio):
+        return current_replicas
+    return _to_int32(math.ceil(ratio * float(ready_pods)))
+
+
+def calculate_scale_up_limit(current_replicas: int) -> int:
+    """The legacy path's ceiling per sync: max(2 x current, 4)."""
+    return int(max(SCALE_UP_LIMIT_FACTOR * current_replicas, SCALE_UP_LIMIT_MINIMUM))
+
+
+def stabilize_recommendation(recommendations: list[tuple[float, int]], now: float, window: float,
+                             desired: int) -> tuple[int, list[tuple[float, int]]]:
+    """The legacy path's stabilizeRecommendation: the max of `desired` and the recommendations in the window.
+
+    Returns the stabilized count and the log with `desired` recorded (the oldest stale entry reused, as upstream).
+    """
+    cutoff = now - window
+    stabilized = desired
+    stale = -1
+    for i, (when, recommendation) in enumerate(recommendations):
+        if when < cutoff:
+            stale = i
+        elif recommendation > stabilized:
+            stabilized = recommendation
+    log = list(recommendations)
+    if stale >= 0:
+        log[stale] = (now, desired)
+    else:
+        log.append((now, desired))
+    return stabilized, log
+
+
+def convert_desired_replicas_with_rules(current_replicas: int, desired: int, min_replicas: int,
+                                        max_replicas: int) -> tuple[int, str]:
+    """convertDesiredReplicasWithRules: the bounds, and at most max(2 x current, 4); the condition's reason."""
+    scale_up_limit = calculate_scale_up_limit(current_replicas)
+    if max_replicas > scale_up_limit:
+        maximum, reason = scale_up_limit, "ScaleUpLimit"
+    else:
+        maximum, reason = max_replicas, "TooManyReplicas"
+    if desired < min_replicas:
+        return min_replicas, "TooFewReplicas"
+    if desired > maximum:
+        return maximum, reason
+    return desired, "DesiredWithinRange"
+
+
+def stabilize_recommendation_with_behaviors(
+    recommendations: list[tuple[float, int]], now: float, current_replicas: int, desired: int,
+    up_window: float, down_window: float,
+) -> tuple[int, list[tuple[float, int]]]:
+    """stabilizeRecommendationWithBehaviors: between the min of the scale-up window and the max of the scale-down
+    window, starting from the current count; returns it and the log with `desired` recorded."""
+    up_cutoff, down_cutoff = now - up_window, now - down_window
+    up_recommendation = down_recommendation = desired
+    stale = -1
+    for i, (when, recommendation) in enumerate(recommendations):
+        if when > up_cutoff:
+            up_recommendation = min(recommendation, up_recommendation)
+        if when > down_cutoff:
+            down_recommendation = max(recommendation, down_recommendation)
+        if when < up_cutoff and when < down_cutoff:
+            stale = i
+    stabilized = current_replicas
+    if stabilized < up_recommendation:
+        stabilized = up_recommendation
+    if stabilized > down_recommendation:
+        stabilized = down_recommendation
+    log = list(recommendations)
+    if stale >= 0:
+        log[stale] = (now, desired)
+    else:
+        log.append((now, desired))
+    return stabilized, log
+
+
+def replicas_change_per_period(period: float, events: Iterable[tuple[float, int]], now: float) -> int:
+    """getReplicasChangePerPeriod: the pods added (or removed) by the events of the last `period` seconds."""
+    return sum(change for when, change in events if when > now - period)
+
+
+def calculate_scale_up_limit_with_scaling_rules(current_replicas: int, up_events: list[tuple[float, int]],
+                                                down_events: list[tuple[float, int]], rules: HpaDirection,
+                                                now: float) -> int:
+    """calculateScaleUpLimitWithScalingRules: the most replicas the scale-up policies allow now."""
+    if rules.select_policy == "Disabled":
+        return current_replicas
+    proposals = []
+    for policy in rules.policies:
+        start = (current_replicas - replicas_change_per_period(policy.period, up_events, now)
+                 + replicas_change_per_period(policy.period, down_events, now))
+        if policy.type == "Pods":
+            proposals.append(start + policy.value)
+        else:
+            # Rounded up, or a small Percent could never add a pod.
+            proposals.append(_to_int32(math.ceil(start * (1 + policy.value / 100))))
+    return min(proposals) if rules.select_policy == "Min" else max(proposals)
+
+
+def calculate_scale_down_limit_with_behaviors(current_replicas: int, up_events: list[tuple[float, int]],
+                                              down_events: list[tuple[float, int]], rules: HpaDirection,
+                                              now: float) -> int:
+    """calculateScaleDownLimitWithBehaviors: the fewest replicas the scale-down policies allow now."""
+    if rules.select_policy == "Disabled":
+        return current_replicas
+    proposals = []
+    for policy in rules.policies:
+        start = (current_replicas - replicas_change_per_period(policy.period, up_events, now)
+                 + replicas_change_per_period(policy.period, down_events, now))
+        if policy.type == "Pods":
+            proposals.append(start - policy.value)
+        else:
+            proposals.append(int(start * (1 - policy.value / 100)))  # Go's int32(): toward zero
+    return max(proposals) if rules.select_policy == "Min" else min(proposals)
+
+
+def convert_desired_replicas_with_behavior_rate(
+    current_replicas: int, desired: int, min_replicas: int, max_replicas: int, behavior: HpaBehavior,
+    up_events: list[tuple[float, int]], down_events: list[tuple[float, int]], now: float,
+) -> tuple[int, str]:
+    """convertDesiredReplicasWithBehaviorRate: the rate limits and the bounds; the condition's reason."""
+    if desired > current_replicas:
+        limit = max(current_replicas, calculate_scale_up_limit_with_scaling_rules(
+            current_replicas, up_events, down_events, behavior.scale_up, now))
+        maximum, reason = (limit, "ScaleUpLimit") if max_replicas > limit else (max_replicas, "TooManyReplicas")
+        if desired > maximum:
+            return maximum, reason
+    elif desired < current_replicas:
+        limit = min(current_replicas, calculate_scale_down_limit_with_behaviors(
+            current_replicas, up_events, down_events, behavior.scale_down, now))
+        minimum, reason = (limit, "ScaleDownLimit") if min_replicas < limit else (min_replicas, "TooFewReplicas")
+        if desired < minimum:
+            return minimum, reason
+    return desired, "DesiredWithinRange"
+
 
 # --------------------------------------------------------------------------------------------------------------
 # The emulation
@@ -270,16 +536,24 @@ class KedaAutoscaler:
         self.hpa_max = scaled.max_replicas
         self.last_active: int | None = None
         self.cached_counts: list[int] = [0] * len(scaled.triggers)
-        self.recommendations: list[tuple[int, int]] = []  # (time, raw recommendation)
-        self.scale_up_events: list[tuple[int, int]] = []  # (time, pods added)
-        self.scale_down_events: list[tuple[int, int]] = []  # (time, pods removed)
+        self.recommendations: list[tuple[float, int]] | None = None  # None until the HPA's first sync
+        self.scale_up_events: list[tuple[float, int]] = []  # (time, pods added)
+        self.scale_down_events: list[tuple[float, int]] = []  # (time, pods removed)
         self.keda_next = 0
         self.hpa_next = 0
         self.next_at = 0.0
-        self.horizon = max(scaled.scale_up.stabilization_window, scaled.scale_down.stabilization_window)
-        self.event_horizon = max(
-            (p.period for d in (scaled.scale_up, scaled.scale_down) for p in d.policies), default=0
+        behavior = scaled.behavior
+        version = scaled.kubernetes_version
+        honoured = behavior is not None and version >= CONFIGURABLE_TOLERANCE
+        up = behavior.scale_up.tolerance if honoured and behavior is not None else None
+        down = behavior.scale_down.tolerance if honoured and behavior is not None else None
+        self.tolerances = Tolerances(
+            scale_down=HPA_TOLERANCE if down is None else down, scale_up=HPA_TOLERANCE if up is None else up,
+            edge_within=version >= EDGE_WITHIN_TOLERANCE,
         )
+        self.event_horizon = max(
+            (p.period for d in (behavior.scale_up, behavior.scale_down) for p in d.policies), default=0
+        ) if behavior is not None else 0
 
     def _count(self, trigger: AzureQueueTrigger) -> int:
         world = self.world
@@ -296,110 +570,87 @@ class KedaAutoscaler:
             self.hpa_next = t + HPA_SYNC
         self.next_at = float(min(self.keda_next, self.hpa_next))
 
+    def _cooled_down(self, t: int) -> bool:
+        """scaleToZeroOrIdle's test. lastActiveTime and creationTimestamp are stored to the whole second and the
+        comparing poll runs a few milliseconds after its tick, so "passed" holds from the exact second on."""
+        if self.last_active is None:
+            return self.scaled.initial_cooldown_period <= t  # the ScaledObject is created at t = 0
+        return self.last_active + self.scaled.cooldown_period <= t
+
     def keda_poll(self, t: int) -> None:
         scaled = self.scaled
         counts = [self._count(trigger) for trigger in scaled.triggers]
         self.cached_counts = counts
         active = any(c > trigger.activation_queue_length for c, trigger in zip(counts, scaled.triggers, strict=True))
         current = self.world.desired
+        idle = scaled.idle_replicas
         if active:
+            if (idle is not None and current < scaled.min_replicas) or current == 0:
+                self.world.set_desired(scaled.min_replicas if scaled.min_replicas > 0 else 1, t)
             self.last_active = t
-            if current == 0:
-                self.world.set_desired(max(1, scaled.min_replicas), t)
             return
-        cooled = (self.last_active is None or self.last_active + scaled.cooldown_period < t) and (
-            t >= scaled.initial_cooldown_period
-        )
-        if scaled.idle_replicas is not None:
-            if cooled and current > scaled.idle_replicas:
-                self.world.set_desired(scaled.idle_replicas, t)
-        elif scaled.min_replicas == 0:
-            if cooled and current > 0:
-                self.world.set_desired(0, t)
-        elif current < scaled.min_replicas:
+        if (idle is not None and current > idle) or (current > 0 and scaled.min_replicas == 0):
+            if self._cooled_down(t):
+                self.world.set_desired(idle if idle is not None else scaled.min_replicas, t)
+        elif idle is None and current < scaled.min_replicas:
             self.world.set_desired(scaled.min_replicas, t)
 
-    def _metric_proposal(self, trigger: AzureQueueTrigger, total: int, current: int) -> int:
-        target = trigger.queue_length
+    def _metric_proposal(self, trigger: AzureQueueTrigger, count: int, current: int) -> int:
+        # KEDA reports the count in milli-units and its target as a whole quantity: both go to the HPA in milli.
+        usage, target = count * 1000, trigger.queue_length * 1000
         if trigger.metric_type == "Value":
-            ratio = total / target
-            if abs(1.0 - ratio) <= HPA_TOLERANCE:
-                return current
-            return math.ceil(current * ratio)
-        ratio = total / (target * current)
-        if abs(1.0 - ratio) <= HPA_TOLERANCE:
-            return current
-        return math.ceil(total / target)
+            return external_metric_replicas(current, target, usage, self.tolerances, self.world.ready)
+        # status.replicas counts the pods that exist, starting ones included: in the simulator, the desired count.
+        return external_per_pod_metric_replicas(current, target, usage, self.tolerances)
 
     def hpa_sync(self, t: int) -> None:
         current = self.world.desired
+        if self.recommendations is None:
+            self.recommendations = [(t, current)]  # recordInitialRecommendation
         if current == 0:
             return  # scaling from and to zero is KEDA's
-        scaled = self.scaled
-        raw = max(
-            self._metric_proposal(
-                trigger, self.cached_counts[i] if trigger.use_cached_metrics else self._count(trigger), current
+        if current > self.hpa_max:
+            desired = self.hpa_max  # no metrics are read, no recommendation recorded
+        elif current < self.hpa_min:
+            desired = self.hpa_min
+        else:
+            raw = max(
+                self._metric_proposal(
+                    trigger, self.cached_counts[i] if trigger.use_cached_metrics else self._count(trigger), current
+                )
+                for i, trigger in enumerate(self.scaled.triggers)
             )
-            for i, trigger in enumerate(scaled.triggers)
-        )
-        desired = self.normalize(t, current, raw)
-        if desired != current:
+            desired = self.normalize(t, current, raw)
+        if desired == current:
+            return
+        if self.scaled.behavior is not None:  # storeScaleEvent keeps nothing without a behavior
             if desired > current:
                 self.scale_up_events.append((t, desired - current))
             else:
                 self.scale_down_events.append((t, current - desired))
-            self.world.set_desired(desired, t)
+        self.world.set_desired(desired, t)
 
     def normalize(self, t: int, current: int, raw: int) -> int:
-        """The HPA's behavior: stabilization, then rate limits, then the bounds."""
-        up, down = self.scaled.scale_up, self.scaled.scale_down
-        up_rec = min([raw, *(r for when, r in self.recommendations if when > t - up.stabilization_window)])
-        down_rec = max([raw, *(r for when, r in self.recommendations if when > t - down.stabilization_window)])
-        self.recommendations = [(w, r) for w, r in self.recommendations if w > t - self.horizon]
-        self.recommendations.append((t, raw))
+        """normalizeDesiredReplicas (behavior nil) or normalizeDesiredReplicasWithBehaviors."""
+        assert self.recommendations is not None
+        behavior = self.scaled.behavior
+        if behavior is None:
+            # A cluster's sync period is 15 s plus the sync's own duration, so the recommendation 20 syncs back
+            # is always just older than 300 s and falls out; on exact 15 s ticks a window 1 s shorter does that.
+            window = DOWNSCALE_STABILIZATION - 1
+            stabilized, log = stabilize_recommendation(self.recommendations, t, window, raw)
+            # Upstream reuses one stale slot per sync; dropping them all changes nothing it would read.
+            self.recommendations = [(w, r) for w, r in log if w >= t - window]
+            return convert_desired_replicas_with_rules(current, stabilized, self.hpa_min, self.hpa_max)[0]
+        stabilized, log = stabilize_recommendation_with_behaviors(
+            self.recommendations, t, current, raw, behavior.scale_up.stabilization_window,
+            behavior.scale_down.stabilization_window,
+        )
+        horizon = max(behavior.scale_up.stabilization_window, behavior.scale_down.stabilization_window)
+        self.recommendations = [(w, r) for w, r in log if w > t - horizon or w == t]
         self.scale_up_events = [e for e in self.scale_up_events if e[0] > t - self.event_horizon]
         self.scale_down_events = [e for e in self.scale_down_events if e[0] > t - self.event_horizon]
-
-        desired = current
-        if desired < up_rec:
-            desired = up_rec
-        if desired > down_rec:
-            desired = down_rec
-        if desired > current:
-            limit = max(self._up_limit(t, current), current)
-            desired = min(desired, min(self.hpa_max, limit))
-        elif desired < current:
-            limit = min(self._down_limit(t, current), current)
-            desired = max(desired, max(self.hpa_min, limit))
-        return max(self.hpa_min, min(self.hpa_max, desired))
-
-    def _period_start(self, t: int, period: int, current: int) -> int:
-        added = sum(n for when, n in self.scale_up_events if when > t - period)
-        removed = sum(n for when, n in self.scale_down_events if when > t - period)
-        return current - added + removed
-
-    def _up_limit(self, t: int, current: int) -> int:
-        direction = self.scaled.scale_up
-        if direction.select_policy == "Disabled":
-            return current
-        limits = []
-        for policy in direction.policies:
-            start = self._period_start(t, policy.period, current)
-            if policy.type == "Pods":
-                limits.append(start + policy.value)
-            else:
-                limits.append(math.ceil(start * (1 + policy.value / 100)))
-        return max(limits) if direction.select_policy == "Max" else min(limits)
-
-    def _down_limit(self, t: int, current: int) -> int:
-        direction = self.scaled.scale_down
-        if direction.select_policy == "Disabled":
-            return current
-        limits = []
-        for policy in direction.policies:
-            start = self._period_start(t, policy.period, current)
-            if policy.type == "Pods":
-                limits.append(start - policy.value)
-            else:
-                limits.append(math.trunc(start * (1 - policy.value / 100)))
-        return min(limits) if direction.select_policy == "Max" else max(limits)
+        return convert_desired_replicas_with_behavior_rate(
+            current, stabilized, self.hpa_min, self.hpa_max, behavior, self.scale_up_events,
+            self.scale_down_events, t,
+        )[0]
