@@ -270,6 +270,7 @@ class Run:
         _wait("the fake API server", kubeconfig.exists, 600)
         server = _server_of(kubeconfig)
         from tests.azurite import free_port
+        from tests.fakekube.tls import client_context_from_kubeconfig
 
         metrics_port, health_port = free_port(), free_port()
         started = time.monotonic()
@@ -278,7 +279,7 @@ class Run:
             "127.0.0.1", "--metrics-port", str(metrics_port), "--health-port", str(health_port), "--log-level",
             "warning", *self.operator_args,
         ], "operator.log")
-        client = httpx.Client(timeout=30)
+        client = httpx.Client(timeout=30, verify=client_context_from_kubeconfig(kubeconfig))  # the fake is HTTPS
 
         def scrape() -> dict[str, float]:
             return _samples(client.get(f"http://127.0.0.1:{metrics_port}/metrics").text)

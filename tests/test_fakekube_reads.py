@@ -132,6 +132,19 @@ def test_a_created_crd_is_established_as_the_apiextensions_controllers_mark_it(k
     assert crd["status"]["storedVersions"] == [VERSION]
 
 
+def test_a_crd_created_by_server_side_apply_is_established_too(fake_kube: FakeKube) -> None:
+    # The controllers above watch CRDs, not requests: `kubectl apply --server-side -f crd.yaml` then `kubectl wait
+    # --for=condition=Established` (the install of docs/operations.md) must not wait for ever.
+    status, applied = call(fake_kube, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}"
+                           "?fieldManager=kubectl", method="PATCH", body=CRD,
+                           content_type="application/apply-patch+yaml")
+    assert status == 201
+    conditions = {c["type"]: c["status"] for c in applied["status"]["conditions"]}
+    assert conditions == {"NamesAccepted": "True", "Established": "True"}
+    stored = fake_kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"{PLURAL}.{GROUP}")
+    assert stored["status"]["conditions"] == applied["status"]["conditions"]
+
+
 def test_deleting_a_crd_deletes_its_resources_then_ends_watches_as_kube_apiserver_does(kube: FakeKube) -> None:
     # apiextensions-apiserver pkg/controller/finalizer/crd_finalizer.go deletes every custom resource (watchers get
     # DELETED), then the CRD goes and its storage with it: open watches end, later requests are 404.
