@@ -27,8 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from controller.spec import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec, format_duration
-from controller.textfmt import plural
+from controller.spec import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec
+from controller.textfmt import duration, plural
 
 
 class Reason(StrEnum):
@@ -568,7 +568,7 @@ def _explain(
             return Reason.AT_MINIMUM, f"down to the minimum {bounds.minimum}{by_schedule}: {move}"
         if to_zero or final == 0:
             return Reason.SCALED_TO_ZERO, (
-                f"inactive for {format_duration(spec.policy.scale_to_zero_delay)}: {move}"
+                f"inactive for {duration(spec.policy.scale_to_zero_delay)}: {move}"
             )
         if limited:
             return Reason.LIMITED_BY_STEP, f"scale-down step limit: {move} (wanted {stabilized})"
@@ -588,13 +588,13 @@ def _explain(
         return Reason.HELD_BY_STABILIZATION, f"stabilization window: {keep} (recommended {recommended})"
     if deferred_until is not None:
         return Reason.ACTIVATION_DEFERRED, (
-            f"too little work for a replica yet: it may wait, waking one in {format_duration(deferred_until - now)}"
+            f"too little work for a replica yet: it may wait, waking one in {duration(deferred_until - now)}"
         )
     if not active and current == 0:
         return Reason.INACTIVE, f"at or below the activation threshold {_n(spec.policy.activation_threshold)}"
     if not active and bounds.minimum == 0 and inactive_since is not None:
         left = spec.policy.scale_to_zero_delay - (now - inactive_since)
-        return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {format_duration(max(0.0, left))}"
+        return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {duration(max(0.0, left))}"
     if within_tolerance:
         return Reason.WITHIN_TOLERANCE, f"within tolerance {_n(spec.policy.tolerance)}: {keep}"
     return Reason.STEADY, keep

@@ -300,7 +300,7 @@ def write_scenario(path: Path, trace: Path, rule: QueueScaler, recording: Record
     document = {
         "name": f"recorded-{rule.name}",
         "description": f"Arrivals on {', '.join(s.queue_label for s in rule.spec.sources)} recorded by queuescale "
-                       f"record from rule {rule.key}, polled every {format_duration(interval)}; estimate: "
+                       f"record from rule {rule.key}, polled every {duration(interval)}; estimate: "
                        f"{estimate}",
         "duration": format_duration(max(1.0, math.ceil(recording.seconds))),
         "start": start.isoformat().replace("+00:00", "Z"),
