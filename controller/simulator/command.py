@@ -11,7 +11,13 @@ from typing import TextIO
 
 import yaml
 
-from controller.simulator.adapters import AwsTargetTracking, RuleAutoscaler, RuleError, StaticAutoscaler
+from controller.simulator.adapters import (
+    AwsTargetTracking,
+    RuleAutoscaler,
+    RuleError,
+    StaticAutoscaler,
+    source_queues,
+)
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, ScaledObjectError, load_scaled_objects
 from controller.simulator.report import format_table, write_html, write_timeline
 from controller.simulator.run import Contender, RunResult, simulate
@@ -111,10 +117,12 @@ def contenders(
     """Our rules first, then the baselines, each with a unique label."""
     taken: set[str] = set()
     found: list[Contender] = []
+    names = tuple(q.name for q in scenario.all_queues)
     for rule in rules:
-        if len(rule.spec.sources) != 1:
-            raise InputError([f"{rule.name}: spec.sources: the simulator models one queue; "
-                              f"this rule has {len(rule.spec.sources)}"])
+        try:
+            source_queues(rule, names)
+        except RuleError as exc:
+            raise InputError([str(exc)]) from None
         label = _unique(rule.name, taken)
 
         def build_rule(world: World, rule: QueueScaler = rule, label: str = label) -> RuleAutoscaler:

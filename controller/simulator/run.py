@@ -10,11 +10,11 @@ import asyncio
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from controller.simulator.adapters import TickRecord
 from controller.simulator.scenario import ArrivalPlan, Burst, Scenario, plan_arrivals
-from controller.simulator.world import Sample, World
+from controller.simulator.world import MultiQueueWorld, Sample, SimWorld, World
 
 MAX_SAMPLES = 4000
 
@@ -35,6 +35,8 @@ class Contender:
     """A policy to compare: its label and how to build its autoscaler on a fresh world."""
 
     label: str
+    # A scenario with several queues hands it a MultiQueueWorld, which answers all an autoscaler reads of a World
+    # (counts, replicas, set_desired, queue_world): kept as World so that builders written for one queue still fit.
     build: Callable[[World], Autoscaler]
     initial_replicas: int | None = None  # None: the scenario's workers.initialReplicas
 
@@ -53,6 +55,21 @@ class BurstReaction:
     needed_replicas: int
     first_scale_out: float | None
     enough_capacity: float | None
+
+
+@dataclass(frozen=True)
+class OutageReport:
+    """What a policy did while a queue's polls failed: the Deployment's replicas (as set) over the window."""
+
+    queue: str
+    start: float
+    end: float
+    failure: str  # "error" (with its code) or "timeout"
+    replicas_at_start: int
+    replicas_min: int
+    replicas_max: int
+    replicas_at_end: int  # in the window's last second
+    first_scale: float | None  # seconds from the start to the first scale during the window; None: none
 
 
 @dataclass(frozen=True)
@@ -80,10 +97,14 @@ class Metrics:
     burst_enough_capacity_mean: float | None
     bursts_short_of_capacity: int  # bursts during which the needed replicas were never ready
     bursts: tuple[BurstReaction, ...] = ()
+    outage_replicas_min: int | None = None  # over every outage window; None: the scenario has none
+    outage_replicas_max: int | None = None
+    outages: tuple[OutageReport, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["bursts"] = [asdict(b) for b in self.bursts]
+        data["outages"] = [asdict(o) for o in self.outages]
         return data
 
 
@@ -118,6 +139,55 @@ def percentile(histogram: dict[int, int], fraction: float) -> float:
     return float(max(histogram))
 
 
+def outage_reports(scenario: Scenario, initial: int, scale_actions: Sequence[tuple[int, int, int]],
+                   ) -> tuple[OutageReport, ...]:
+    """Each outage window with the replicas the policy set during it (from the scale actions)."""
+    reports = []
+    for queue, outage in scenario.outages:
+        start, end = math.ceil(outage.start), math.ceil(min(outage.end, scenario.duration))
+        # A second's replicas are those after its last scale: the policies act before the world steps.
+        at_start = initial
+        seen: list[int] = []
+        first: float | None = None
+        for t, _, to in scale_actions:
+            if t <= start:
+                at_start = to
+            elif t < end:
+                seen.append(to)
+                if first is None:
+                    first = float(t - outage.start)
+        if any(t == start for t, _, _ in scale_actions) and first is None:
+            first = float(start - outage.start)
+        values = [at_start, *seen]
+        reports.append(OutageReport(
+            queue=queue, start=outage.start, end=outage.end,
+            failure=outage.failure if outage.failure == "timeout" else f"error {outage.code}",
+            replicas_at_start=at_start, replicas_min=min(values), replicas_max=max(values),
+            replicas_at_end=values[-1], first_scale=first,
+        ))
+    return tuple(reports)
+
+
+def build_world(scenario: Scenario, initial_replicas: int) -> SimWorld:
+    """A fresh world for the scenario: one queue, or several sharing the workers."""
+    workers = scenario.workers
+    queues = scenario.all_queues
+    world: SimWorld
+    if len(queues) == 1:
+        world = World(
+            scenario.queue, workers, workers.service_time.table(), scenario.seed,
+            slo_wait=scenario.slo_wait, initial_replicas=initial_replicas, name=queues[0].name,
+        )
+    else:
+        world = MultiQueueWorld(
+            [(q.name, q.params) for q in queues], workers, workers.service_time.table(), scenario.seed,
+            slo_wait=scenario.slo_wait, initial_replicas=initial_replicas,
+        )
+    for index, queue in enumerate(queues):
+        world.queue_world(index).outages = queue.outages
+    return world
+
+
 async def run_one(
     scenario: Scenario,
     plan: ArrivalPlan,
@@ -129,13 +199,13 @@ async def run_one(
     """Simulate one policy over the whole scenario."""
     workers = scenario.workers
     initial = workers.initial_replicas if contender.initial_replicas is None else contender.initial_replicas
-    world = World(
-        scenario.queue, workers, workers.service_time.table(), scenario.seed,
-        slo_wait=scenario.slo_wait, initial_replicas=initial,
-    )
-    autoscaler = contender.build(world)
+    world = build_world(scenario, initial)
+    autoscaler = contender.build(cast(World, world))
     steps = scenario.steps
-    streams = [(math.ceil(delay), counts) for delay, counts in plan.streams]
+    streams = [
+        (math.ceil(delay), counts, index)
+        for index in range(len(scenario.all_queues)) for delay, counts in plan.streams_of(index)
+    ]
     single = streams[0][1] if len(streams) == 1 and streams[0][0] == 0 else None
     every = max(1, math.ceil(steps / MAX_SAMPLES)) if record_timeline else 0
     timeline: list[Sample] = []
@@ -160,9 +230,9 @@ async def run_one(
                 put(t, n)
         else:
             n = 0
-            for delay, counts in streams:
+            for delay, counts, queue in streams:
                 if counts[t]:
-                    put(t, counts[t], delay)
+                    put(t, counts[t], delay, queue)
                     n += counts[t]
         step(t)
         if burst_index < len(bursts) and t >= bursts[burst_index]:
@@ -179,7 +249,7 @@ async def run_one(
         if progress is not None and t % report_every == 0:
             progress(t)
 
-    tally = world.tally
+    tally = world.totals()
     reactions = []
     starts = plan.burst_starts
     for index, start in enumerate(starts):
@@ -194,6 +264,7 @@ async def run_one(
         ))
     outs = [r.first_scale_out for r in reactions if r.first_scale_out is not None]
     caps = [r.enough_capacity for r in reactions if r.enough_capacity is not None]
+    outages = outage_reports(scenario, initial, tally.scale_actions)
     histogram = tally.wait_histogram
     delivered = sum(histogram.values())
     busy = tally.busy_slot_seconds / workers.concurrency
@@ -221,6 +292,9 @@ async def run_one(
         burst_enough_capacity_mean=round(sum(caps) / len(caps), 1) if caps else None,
         bursts_short_of_capacity=sum(1 for r in reactions if r.enough_capacity is None),
         bursts=tuple(reactions),
+        outage_replicas_min=min((o.replicas_min for o in outages), default=None),
+        outage_replicas_max=max((o.replicas_max for o in outages), default=None),
+        outages=outages,
     )
     ticks: list[TickRecord] = list(getattr(getattr(autoscaler, "recorder", None), "ticks", []))
     return RunResult(
