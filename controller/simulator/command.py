@@ -63,6 +63,8 @@ def default_rule(scenario: Scenario) -> QueueScaler:
     (docs/policy.md).
     """
     workers = scenario.workers
+    # One source per queue of the scenario (their counts summed), each named after its queue.
+    queue_names = [q.name for q in scenario.queues] or ["simulated"]
     doc = {
         "apiVersion": "queuescale.io/v1alpha1",
         "kind": "QueueScaler",
@@ -72,8 +74,9 @@ def default_rule(scenario: Scenario) -> QueueScaler:
             "minReplicas": 0,
             "maxReplicas": workers.max_replicas,
             "pollingInterval": 10,
-            "sources": [{"type": "azure-queue", "queueName": "simulated",
-                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
+            "sources": [{"type": "azure-queue", "queueName": name,
+                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}
+                        for name in queue_names],
             "policy": {
                 "targetWaitSeconds": scenario.slo_wait,
                 "serviceTime": workers.service_time.average,
