@@ -46,7 +46,7 @@ def checksum(result: RunResult) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def run_all(name: str) -> str:
+def run_all(name: str, jobs: int = 1) -> str:
     scenario = library()[name]
     rule = default_rule(scenario)
     scaled = parse_scaled_object(KEDA)
@@ -56,7 +56,7 @@ def run_all(name: str) -> str:
         Contender("static", lambda w: StaticAutoscaler("static", 7, w), initial_replicas=7),
         Contender("aws", lambda w: AwsTargetTracking("aws", 20.0, w, scenario.workers.max_replicas)),
     ]
-    results = simulate(scenario, contenders, record_timeline=True)
+    results = simulate(scenario, contenders, record_timeline=True, jobs=jobs)
     return hashlib.sha256("".join(checksum(r) for r in results).encode()).hexdigest()
 
 
@@ -66,3 +66,7 @@ def test_flash_crowd_runs_exactly_as_before_the_speed_work() -> None:
 
 def test_nightly_batch_runs_exactly_as_before_the_speed_work() -> None:
     assert run_all("nightly-batch") == GOLDEN["nightly-batch"]
+
+
+def test_policies_run_in_several_processes_give_the_same_results_in_the_same_order() -> None:
+    assert run_all("flash-crowd", jobs=3) == GOLDEN["flash-crowd"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class SimulateRequest:
     report: str | None = None
     list: bool = False
     quiet: bool = False  # no progress bar even on a terminal
+    jobs: int | None = None  # processes for the policies' runs; None: one per CPU
 
 
 class InputError(Exception):
@@ -223,5 +225,6 @@ def _run(request: SimulateRequest, err: TextIO) -> tuple[list[RunResult], Scenar
     record = bool(request.timeline or request.report)
     label = f"simulating {scenario.name} ({duration(scenario.duration)}, {plural(len(chosen), 'policy', 'policies')})"
     with progress_bar(err, label, 1.0, shown=wants_progress(err, request.quiet)) as bar:
-        results = simulate(scenario, chosen, record_timeline=record, progress=bar.advance_to if bar.shown else None)
+        results = simulate(scenario, chosen, record_timeline=record, progress=bar.advance_to if bar.shown else None,
+                           jobs=request.jobs or os.cpu_count() or 1)
     return results, scenario

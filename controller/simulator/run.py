@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, cast
@@ -303,15 +304,31 @@ async def run_one(
     )
 
 
+# What the forked workers of a parallel run read: set just before the pool forks, so closures (the contenders'
+# builders) need no pickling; only the results travel back.
+_FORKED: tuple[Scenario, ArrivalPlan, Sequence[Contender], bool] | None = None
+
+
+def _run_forked(index: int) -> tuple[int, RunResult]:
+    assert _FORKED is not None
+    scenario, plan, contenders, record = _FORKED
+    return index, asyncio.run(run_one(scenario, plan, contenders[index], record_timeline=record))
+
+
 def simulate(
     scenario: Scenario,
     contenders: Sequence[Contender],
     *,
     record_timeline: bool = False,
     progress: Callable[[float], None] | None = None,
+    jobs: int = 1,
 ) -> list[RunResult]:
-    """Every contender on the same arrivals (one plan, one seed), in one event loop."""
+    """Every contender on the same arrivals (one plan, one seed): in one event loop, or with `jobs` > 1 in that
+    many processes (each contender's run is independent, so the results are the same either way)."""
     plan = plan_arrivals(scenario)
+    jobs = min(jobs, len(contenders))
+    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+        return _simulate_in_processes(scenario, plan, contenders, record_timeline, progress, jobs)
 
     async def run_all() -> list[RunResult]:
         results = []
@@ -327,3 +344,21 @@ def simulate(
         return results
 
     return asyncio.run(run_all())
+
+
+def _simulate_in_processes(
+    scenario: Scenario, plan: ArrivalPlan, contenders: Sequence[Contender], record_timeline: bool,
+    progress: Callable[[float], None] | None, jobs: int,
+) -> list[RunResult]:
+    global _FORKED
+    _FORKED = (scenario, plan, contenders, record_timeline)
+    results: list[RunResult | None] = [None] * len(contenders)
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            for done, (index, result) in enumerate(pool.imap_unordered(_run_forked, range(len(contenders))), 1):
+                results[index] = result
+                if progress is not None:
+                    progress(done / len(contenders))
+    finally:
+        _FORKED = None
+    return [r for r in results if r is not None]
