@@ -220,9 +220,16 @@ async def run_one(
     put = world.put
     step = world.step
 
+    # The loop runs once per simulated second: what it tests is kept in locals, each the next second it matters.
+    act = autoscaler.act
+    next_act = autoscaler.next_at
+    inf = math.inf
+    next_burst = bursts[0] if bursts else inf
+    next_report = 0 if progress is not None else steps
     for t in range(steps):
-        if t >= autoscaler.next_at:
-            await autoscaler.act(t)
+        if t >= next_act:
+            await act(t)
+            next_act = autoscaler.next_at
             if world.desired > peak:
                 peak = world.desired
         if single is not None:
@@ -236,19 +243,22 @@ async def run_one(
                     put(t, counts[t], delay, queue)
                     n += counts[t]
         step(t)
-        if burst_index < len(bursts) and t >= bursts[burst_index]:
-            if world.ready >= needed[bursts[burst_index]]:
-                enough[bursts[burst_index]] = t - bursts[burst_index]
+        if t >= next_burst:
+            if world.ready >= needed[next_burst]:
+                enough[next_burst] = t - next_burst
                 burst_index += 1
             elif burst_index + 1 < len(bursts) and t >= bursts[burst_index + 1]:
                 burst_index += 1  # the next burst began before this one was absorbed
+            next_burst = bursts[burst_index] if burst_index < len(bursts) else inf
         if every:
             sampled_arrivals += n
             if (t + 1) % every == 0 or t == steps - 1:  # arrivals since the previous row, through t
                 timeline.append(world.sample(t, sampled_arrivals))
                 sampled_arrivals = 0
-        if progress is not None and t % report_every == 0:
+        if t >= next_report:
+            assert progress is not None
             progress(t)
+            next_report += report_every
 
     tally = world.totals()
     reactions = []
