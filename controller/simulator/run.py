@@ -66,7 +66,7 @@ class OutageReport:
     start: float
     end: float
     failure: str  # "error" (with its code) or "timeout"
-    replicas_at_start: int
+    replicas_at_start: int  # just before the window
     replicas_min: int
     replicas_max: int
     replicas_at_end: int  # in the window's last second
@@ -146,19 +146,18 @@ def outage_reports(scenario: Scenario, initial: int, scale_actions: Sequence[tup
     reports = []
     for queue, outage in scenario.outages:
         start, end = math.ceil(outage.start), math.ceil(min(outage.end, scenario.duration))
-        # A second's replicas are those after its last scale: the policies act before the world steps.
+        # The replicas just before the window, then each scale within it (a scale in the window's first second
+        # already answers a failed poll: the policies act before the world steps).
         at_start = initial
         seen: list[int] = []
         first: float | None = None
         for t, _, to in scale_actions:
-            if t <= start:
+            if t < start:
                 at_start = to
             elif t < end:
                 seen.append(to)
                 if first is None:
                     first = float(t - outage.start)
-        if any(t == start for t, _, _ in scale_actions) and first is None:
-            first = float(start - outage.start)
         values = [at_start, *seen]
         reports.append(OutageReport(
             queue=queue, start=outage.start, end=outage.end,
