@@ -180,3 +180,35 @@ def test_the_built_in_two_queue_scenario_runs_our_default_rule_keda_and_a_static
     # KEDA's fallback answers 30 replicas' worth for the failing trigger: the HPA goes to at least 30.
     assert results["keda:checkout"]["outages"][0]["replicas_max"] >= 30
     assert results["static-20"]["outage_replicas_min"] == results["static-20"]["outage_replicas_max"] == 20
+
+
+def test_a_second_counts_once_against_the_slo_when_any_queue_is_late() -> None:
+    """No workers: both queues' oldest messages age together; each second over the SLO counts once, not twice."""
+    sc = two_queues(duration=200, queues=[
+        {"name": "orders", "arrivals": [{"type": "burst", "at": 0, "messages": 5}]},
+        {"name": "refunds", "arrivals": [{"type": "burst", "at": 0, "messages": 5}]},
+    ])
+    result = simulate(sc, [_static(0)])[0]
+    assert result.metrics.slo_violation_seconds == 200 - 31  # ages 31..199 are above the 30 s SLO
+    assert result.metrics.oldest_message_age_max == 199
+
+
+def test_drained_pods_holding_both_queues_work_are_paid_until_it_is_done() -> None:
+    """One pod with two slots holds one message of each queue (20 s of work): scaled to 0 with drain, it stays
+    until both are done, and is paid once: the scale-in's groups on the two queues are the same pod, not two."""
+    sc = two_queues(duration=300, workers={"startupDelay": 0, "serviceTime": 20, "concurrency": 2,
+                                           "scaleIn": "drain", "terminationGracePeriod": 1000})
+    world = build_world(sc, 1)
+    assert isinstance(world, MultiQueueWorld)
+    world.put(0, 1, 0, 0)
+    world.put(0, 1, 0, 1)
+    world.step(0)
+    world.set_desired(0, 1)
+    assert world.draining_pods == 1 and world.pods == 1
+    for t in range(1, 19):
+        world.step(t)
+    assert world.draining_pods == 1
+    for t in range(19, 22):
+        world.step(t)
+    assert world.draining_pods == 0
+    assert world.totals().processed == 2
