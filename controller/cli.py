@@ -209,7 +209,7 @@ def _simulate(args: argparse.Namespace) -> int:
     return run(SimulateRequest(
         scenario=args.scenario, policies=args.policy, keda=args.keda, static=args.static,
         aws_target=args.aws_target, seed=args.seed, output=args.output or "table", timeline=args.timeline,
-        report=args.report, list=args.list, quiet=args.quiet,
+        report=args.report, list=args.list, quiet=args.quiet, jobs=args.jobs,
     ))
 
 
@@ -386,6 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="AWS-style target tracking on backlog per instance (repeatable; default: none)")
     simulate.add_argument("--seed", type=_replicas, metavar="N",
                           help="override the scenario's seed (default: the scenario's)")
+    simulate.add_argument("--jobs", type=_positive_int, metavar="N",
+                          help="run the policies in N processes (default: one per CPU)")
     _add_output(simulate, OUTPUTS, "a table for people; json and yaml are the metrics keyed by policy",
                 json_alias=True)
     simulate.add_argument("-q", "--quiet", action="store_true",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -11,7 +12,13 @@ from typing import TextIO
 
 import yaml
 
-from controller.simulator.adapters import AwsTargetTracking, RuleAutoscaler, RuleError, StaticAutoscaler
+from controller.simulator.adapters import (
+    AwsTargetTracking,
+    RuleAutoscaler,
+    RuleError,
+    StaticAutoscaler,
+    source_queues,
+)
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, ScaledObjectError, load_scaled_objects
 from controller.simulator.report import format_table, write_html, write_timeline
 from controller.simulator.run import Contender, RunResult, simulate
@@ -39,6 +46,7 @@ class SimulateRequest:
     report: str | None = None
     list: bool = False
     quiet: bool = False  # no progress bar even on a terminal
+    jobs: int | None = None  # processes for the policies' runs; None: one per CPU
 
 
 class InputError(Exception):
@@ -57,6 +65,8 @@ def default_rule(scenario: Scenario) -> QueueScaler:
     (docs/policy.md).
     """
     workers = scenario.workers
+    # One source per queue of the scenario (their counts summed), each named after its queue.
+    queue_names = [q.name for q in scenario.queues] or ["simulated"]
     doc = {
         "apiVersion": "queuescale.io/v1alpha1",
         "kind": "QueueScaler",
@@ -66,8 +76,9 @@ def default_rule(scenario: Scenario) -> QueueScaler:
             "minReplicas": 0,
             "maxReplicas": workers.max_replicas,
             "pollingInterval": 10,
-            "sources": [{"type": "azure-queue", "queueName": "simulated",
-                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
+            "sources": [{"type": "azure-queue", "queueName": name,
+                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}
+                        for name in queue_names],
             "policy": {
                 "targetWaitSeconds": scenario.slo_wait,
                 "serviceTime": workers.service_time.average,
@@ -111,10 +122,12 @@ def contenders(
     """Our rules first, then the baselines, each with a unique label."""
     taken: set[str] = set()
     found: list[Contender] = []
+    names = tuple(q.name for q in scenario.all_queues)
     for rule in rules:
-        if len(rule.spec.sources) != 1:
-            raise InputError([f"{rule.name}: spec.sources: the simulator models one queue; "
-                              f"this rule has {len(rule.spec.sources)}"])
+        try:
+            source_queues(rule, names)
+        except RuleError as exc:
+            raise InputError([str(exc)]) from None
         label = _unique(rule.name, taken)
 
         def build_rule(world: World, rule: QueueScaler = rule, label: str = label) -> RuleAutoscaler:
@@ -212,5 +225,6 @@ def _run(request: SimulateRequest, err: TextIO) -> tuple[list[RunResult], Scenar
     record = bool(request.timeline or request.report)
     label = f"simulating {scenario.name} ({duration(scenario.duration)}, {plural(len(chosen), 'policy', 'policies')})"
     with progress_bar(err, label, 1.0, shown=wants_progress(err, request.quiet)) as bar:
-        results = simulate(scenario, chosen, record_timeline=record, progress=bar.advance_to if bar.shown else None)
+        results = simulate(scenario, chosen, record_timeline=record, progress=bar.advance_to if bar.shown else None,
+                           jobs=request.jobs or os.cpu_count() or 1)
     return results, scenario

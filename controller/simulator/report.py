@@ -39,6 +39,8 @@ ROWS: tuple[tuple[str, str, bool | None], ...] = (
     ("burst_first_scale_out_mean", "burst -> first scale-out (s, mean)", True),
     ("burst_enough_capacity_mean", "burst -> enough capacity (s, mean)", True),
     ("bursts_short_of_capacity", "bursts never given enough capacity", True),
+    ("outage_replicas_min", "replicas while polls failed (min)", None),
+    ("outage_replicas_max", "replicas while polls failed (max)", None),
 )
 
 # Dash patterns by series, so two series on the same values show both colours (the first is solid).
