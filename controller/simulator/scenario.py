@@ -305,7 +305,7 @@ def _parse_queue(f: Fields) -> QueueParams:
     return queue
 
 
-def _parse_outage(item: object, path: str, errors: list[FieldError], duration: float) -> Outage | None:
+def _parse_outage(item: object, path: str, errors: list[FieldError], scenario_end: float) -> Outage | None:
     f = Fields(item, path, errors)
     start = _seconds(f, "start", None)
     end = _seconds(f, "end", None)
@@ -314,7 +314,7 @@ def _parse_outage(item: object, path: str, errors: list[FieldError], duration: f
     if not f.has("end"):
         f.missing("end")
     elif end <= start:
-        f.error("end", f"must be after start ({start:g}s), got {end:g}s")
+        f.error("end", f"must be after start ({duration(start)}), got {duration(end)}")
     failure = f.choice("failure", OUTAGE_FAILURES, "error")
     code = f.string("code", "ServerBusy")
     if failure == "timeout" and f.has("code"):
@@ -322,19 +322,19 @@ def _parse_outage(item: object, path: str, errors: list[FieldError], duration: f
     f.finish()
     if not (f.has("start") and f.has("end")) or end <= start:
         return None
-    if start >= duration:
-        errors.append(FieldError(f"{path}.start", f"must be before the end of the scenario ({duration:g}s), "
-                                                  f"got {start:g}s"))
+    if start >= scenario_end:
+        errors.append(FieldError(f"{path}.start", f"must be before the end of the scenario "
+                                                  f"({duration(scenario_end)}), got {duration(start)}"))
     return Outage(start=start, end=end, failure=failure, code=code)  # type: ignore[arg-type]
 
 
-def _parse_outages(f: Fields, duration: float) -> tuple[Outage, ...]:
-    outages = [o for item, path in f.items("outages") if (o := _parse_outage(item, path, f.errors, duration))]
+def _parse_outages(f: Fields, scenario_end: float) -> tuple[Outage, ...]:
+    outages = [o for item, path in f.items("outages") if (o := _parse_outage(item, path, f.errors, scenario_end))]
     ordered = sorted(outages, key=lambda o: o.start)
     for earlier, later in itertools.pairwise(ordered):
         if later.start < earlier.end:
-            f.error("outages", f"windows overlap: {earlier.start:g}s-{earlier.end:g}s and "
-                               f"{later.start:g}s-{later.end:g}s")
+            f.error("outages", f"windows overlap: {duration(earlier.start)}-{duration(earlier.end)} and "
+                               f"{duration(later.start)}-{duration(later.end)}")
     return tuple(ordered)
 
 
