@@ -281,8 +281,10 @@ def effective_bounds(spec: QueueScalerSpec, now: float) -> Bounds:
     return Bounds(minimum, maximum, tuple(s.name for s in active))
 
 
-# Rate mode without an explicit lookahead: a typical pod start-up (image pulled, process warm).
+# Rate mode without an explicit lookahead, startupTime or measured start-up: a typical pod start-up (image
+# pulled, process warm).
 DEFAULT_RATE_LOOKAHEAD = 30.0
+DEFAULT_SCALE_TO_ZERO_DELAY = 300.0
 # Rate mode without an explicit drainTime: a backlog may take this share of targetWaitSeconds, less the
 # lookahead, to clear (the rest covers the wait a message already had and the error of the estimates). Tuned in
 # the simulator on the built-in scenarios (docs/benchmarks.md).
@@ -308,7 +310,43 @@ class Sizing:
     drain_time: float | None
 
 
-def sizing(spec: QueueScalerSpec) -> Sizing:
+def startup_time(spec: QueueScalerSpec, measured: float | None = None) -> float:
+    """How long a new replica takes to be ready, as the policy assumes it: the rule's `startupTime`, else what the
+    operator measured (replicas asked -> ready, from the target watch), else the rule's `lookahead`, else 30 s."""
+    policy = spec.policy
+    for value in (policy.startup_time, measured, policy.lookahead):
+        if value is not None:
+            return value
+    return DEFAULT_RATE_LOOKAHEAD
+
+
+def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = None) -> float:
+    """How long a rule stays inactive before going to zero: the rule's `scaleToZeroDelay`, else derived.
+
+    Going to zero destroys nothing (an inactive count has nothing in flight); what it risks is the next message
+    waiting for a replica to start. When that wait, a poll plus the start-up plus one service time, still meets
+    `targetWaitSeconds`, an idle replica kept warm buys no latency, only cost: it is kept as long as a restart
+    would cost (the start-up time, the ski-rental break-even), and at least two polls, so one empty poll between
+    two messages does not stop it. Otherwise (count mode, no wait objective, or a wait objective a cold start
+    cannot meet) the default 5 minutes.
+    """
+    policy = spec.policy
+    if policy.scale_to_zero_delay is not None:
+        return policy.scale_to_zero_delay
+    service = policy.service_time
+    if service is None and policy.throughput_per_replica is not None:
+        service = (policy.messages_per_replica or 1) / policy.throughput_per_replica
+    if policy.target_wait is None or service is None:
+        return DEFAULT_SCALE_TO_ZERO_DELAY
+    startup = startup_time(spec, measured_startup)
+    if spec.polling_interval + startup + service > policy.target_wait:
+        return DEFAULT_SCALE_TO_ZERO_DELAY
+    return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(2 * spec.polling_interval, startup))
+
+
+def sizing(spec: QueueScalerSpec, measured_startup: float | None = None) -> Sizing:
+    """The mode and the knobs of `spec` after the defaults that depend on it; `measured_startup` is the target's
+    start-up time as the operator measured it (None: unknown)."""
     policy = spec.policy
     throughput = policy.throughput_per_replica
     if throughput is None and policy.service_time is not None:
@@ -322,7 +360,8 @@ def sizing(spec: QueueScalerSpec) -> Sizing:
             lookahead=policy.lookahead or 0.0,
             drain_time=None,
         )
-    lookahead = policy.lookahead if policy.lookahead is not None else DEFAULT_RATE_LOOKAHEAD
+    # A growing backlog is projected over the time new replicas take to start.
+    lookahead = policy.lookahead if policy.lookahead is not None else startup_time(spec, measured_startup)
     drain = policy.drain_time
     if drain is None:
         if policy.target_wait is not None:
@@ -340,7 +379,9 @@ def sizing(spec: QueueScalerSpec) -> Sizing:
     )
 
 
-def raw_need(spec: QueueScalerSpec, count: float, slope: float | None, current: int) -> float:
+def raw_need(
+    spec: QueueScalerSpec, count: float, slope: float | None, current: int, measured_startup: float | None = None
+) -> float:
     """Replicas the count asks for, unrounded, before tolerance and limits.
 
     `(count + growth x lookahead) / target`: a growing queue is sized for what new pods will find when they
@@ -348,7 +389,7 @@ def raw_need(spec: QueueScalerSpec, count: float, slope: float | None, current: 
     (at most messagesPerReplica per current replica) keeps its replicas: the need never drops below the replicas
     that are busy, so a scale-in never counts on busy workers being idle.
     """
-    size = sizing(spec)
+    size = sizing(spec, measured_startup)
     growth = max(0.0, slope or 0.0)
     need = (count + growth * size.lookahead) / size.target
     if size.per_replica is not None:
@@ -366,8 +407,13 @@ def decide(
     now: float,
     *,
     paused: bool = False,
+    measured_startup: float | None = None,
 ) -> Decision:
-    """The replica count for this tick, why, and the memory to keep. `history` holds earlier observations."""
+    """The replica count for this tick, why, and the memory to keep. `history` holds earlier observations.
+
+    `measured_startup`: the seconds the target last took from a scale-up to ready (the operator's target watch);
+    used where the rule sets no `startupTime`.
+    """
     bounds = effective_bounds(spec, now)
     count = observation.total(spec)
     slope = trend(spec, [*history, observation], now)
@@ -380,12 +426,12 @@ def decide(
         return replace(base, reason=Reason.PAUSED, message=f"paused: holding {plural(current, 'replica')}")
 
     if observation.failed:
-        return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope)
+        return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope, measured_startup)
 
     assert count is not None
     if memory.consecutive_failures:
         memory = replace(memory, consecutive_failures=0)
-    return _on_count(spec, base, current, memory, now, bounds, count, slope)
+    return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
 
 def _on_failure(
@@ -398,6 +444,7 @@ def _on_failure(
     bounds: Bounds,
     count: float | None,
     slope: float | None,
+    measured_startup: float | None,
 ) -> Decision:
     failures = memory.consecutive_failures + 1
     memory = replace(memory, consecutive_failures=failures)
@@ -416,7 +463,7 @@ def _on_failure(
     desired = _clamp(current, bounds)
     if count is not None:
         # Some sources answered: their count is a lower bound, good enough to scale up on, never down.
-        answered = _on_count(spec, base, current, memory, now, bounds, count, slope)
+        answered = _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
         if answered.desired > current:
             return replace(
                 answered, memory=replace(memory, inactive_since=None),
@@ -438,11 +485,14 @@ def _on_count(
     bounds: Bounds,
     count: float,
     slope: float | None,
+    measured_startup: float | None,
 ) -> Decision:
     policy = spec.policy
+    size = sizing(spec, measured_startup)
+    to_zero_delay = scale_to_zero_delay(spec, measured_startup)
     active = count > policy.activation_threshold
     inactive_since = None if active else (memory.inactive_since if memory.inactive_since is not None else now)
-    need = raw_need(spec, count, slope, current)
+    need = raw_need(spec, count, slope, current, measured_startup)
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False
@@ -452,7 +502,6 @@ def _on_count(
         # Rate mode knows how long work may wait: a trickle too small for a replica (need < 1) waits, up to the
         # drain time, for company, instead of waking a pod for every message.
         pending_since = memory.pending_since if memory.pending_since is not None else now
-        size = sizing(spec)
         if size.drain_time is not None and policy.target_wait is not None and need < 1:
             deferred = now - pending_since < size.drain_time
     if deferred:
@@ -461,7 +510,7 @@ def _on_count(
         recommended = max(recommended, 1)
     elif current == 0:
         recommended = 0
-    elif bounds.minimum == 0 and inactive_since is not None and now - inactive_since >= policy.scale_to_zero_delay:
+    elif bounds.minimum == 0 and inactive_since is not None and now - inactive_since >= to_zero_delay:
         recommended, to_zero = 0, True
     else:
         recommended = max(recommended, 1)
@@ -514,8 +563,9 @@ def _on_count(
         current=current, final=final, desired=desired, stabilized=stabilized, recommended=recommended,
         bounds=bounds, held_by_cooldown=held_by_cooldown, limited=limited, within_tolerance=within_tolerance,
         active=active, to_zero=to_zero, inactive_since=inactive_since, now=now, spec=spec,
+        to_zero_delay=to_zero_delay,
         deferred_until=(
-            pending_since + (sizing(spec).drain_time or 0.0) if deferred and pending_since is not None else None
+            pending_since + (size.drain_time or 0.0) if deferred and pending_since is not None else None
         ),
     )
     return replace(
@@ -547,6 +597,7 @@ def _explain(
     inactive_since: float | None,
     now: float,
     spec: QueueScalerSpec,
+    to_zero_delay: float,
     deferred_until: float | None = None,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
@@ -568,7 +619,7 @@ def _explain(
             return Reason.AT_MINIMUM, f"down to the minimum {bounds.minimum}{by_schedule}: {move}"
         if to_zero or final == 0:
             return Reason.SCALED_TO_ZERO, (
-                f"inactive for {duration(spec.policy.scale_to_zero_delay)}: {move}"
+                f"inactive for {duration(to_zero_delay)}: {move}"
             )
         if limited:
             return Reason.LIMITED_BY_STEP, f"scale-down step limit: {move} (wanted {stabilized})"
@@ -593,7 +644,7 @@ def _explain(
     if not active and current == 0:
         return Reason.INACTIVE, f"at or below the activation threshold {_n(spec.policy.activation_threshold)}"
     if not active and bounds.minimum == 0 and inactive_since is not None:
-        left = spec.policy.scale_to_zero_delay - (now - inactive_since)
+        left = to_zero_delay - (now - inactive_since)
         return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {duration(max(0.0, left))}"
     if within_tolerance:
         return Reason.WITHIN_TOLERANCE, f"within tolerance {_n(spec.policy.tolerance)}: {keep}"

@@ -146,7 +146,8 @@ class Reconciler:
                     break
                 self._keep(state, now)
             decision = decide(
-                rule.spec, observation, self.history, state.replicas, self.memory, now, paused=rule.paused
+                rule.spec, observation, self.history, state.replicas, self.memory, now, paused=rule.paused,
+                measured_startup=state.startup_seconds,
             )
             memory = decision.memory
             if decision.desired == state.replicas:

@@ -390,7 +390,8 @@ class Policy:
     messages_per_replica: int | None = None
     target_wait: float | None = None
     drain_time: float | None = None
-    scale_to_zero_delay: float = 300.0
+    startup_time: float | None = None  # how long a new replica takes to be ready; unset: measured, or a default
+    scale_to_zero_delay: float | None = None  # unset: derived (controller.policy.scale_to_zero_delay)
     scale_up: DirectionPolicy = DEFAULT_SCALE_UP
     scale_down: DirectionPolicy = DEFAULT_SCALE_DOWN
 
@@ -552,7 +553,8 @@ def _parse_policy(f: Fields) -> Policy:
         messages_per_replica=f.optional_integer("messagesPerReplica", minimum=1),
         target_wait=f.optional_duration("targetWaitSeconds", minimum=1.0),
         drain_time=f.optional_duration("drainTime", minimum=1.0),
-        scale_to_zero_delay=f.duration("scaleToZeroDelay", Policy.scale_to_zero_delay),
+        startup_time=f.optional_duration("startupTime"),
+        scale_to_zero_delay=f.optional_duration("scaleToZeroDelay"),
         scale_up=_parse_direction(f.child("scaleUp"), DEFAULT_SCALE_UP),
         scale_down=_parse_direction(f.child("scaleDown"), DEFAULT_SCALE_DOWN, allow_delay=True),
     )

@@ -72,7 +72,7 @@ EVERY_FIELD: dict[str, Any] = {
         "aggregation": "max",
         "policy": {
             "targetPerReplica": 5, "activationThreshold": 0, "tolerance": 0.1, "lookahead": "30s",
-            "trendWindow": "1m", "throughputPerReplica": 2, "drainTime": "1m", "scaleToZeroDelay": "5m",
+            "trendWindow": "1m", "throughputPerReplica": 2, "drainTime": "1m", "scaleToZeroDelay": "5m", "startupTime": "45s",
             "serviceTime": "2s", "messagesPerReplica": 2, "targetWaitSeconds": "1m",
             "scaleUp": {"cooldown": 0, "stabilizationWindow": 0, "selectPolicy": "Max",
                         "policies": [{"type": "Pods", "value": 4, "period": "30s"}]},

@@ -29,7 +29,9 @@ ADDED_LATER = {"outage_replicas_min", "outage_replicas_max", "outages"}
 
 GOLDEN = {
     "flash-crowd": "25e9449e7546723128f0ff47656d11bc811e23ac9dc2b547f82fca8cc0a9ce50",
-    "nightly-batch": "542d1f9cdf8ab418ea4544316e3b53fe0b77ad49cedf2033e245c48ef7d09a18",
+    # Changed by issue 18: the default rule (targetWaitSeconds 1h, a 30 s cold start) now goes to zero after 30 s
+    # inactive instead of 5 minutes (policy.scale_to_zero_delay).
+    "nightly-batch": "9c0a6d89ab062ff99547e36eb2d570404a7a2f7f4f8f39c059aca5fd8d8ecb23",
 }
 
 

@@ -89,7 +89,7 @@ def test_minimal_rule_gets_every_default() -> None:
     assert spec.policy.scale_down.delay == 120.0
     assert spec.policy.target_wait is None and spec.policy.messages_per_replica is None
     assert spec.policy.scale_up.policies == ()
-    assert spec.policy.scale_to_zero_delay == 300.0
+    assert spec.policy.scale_to_zero_delay is None  # 5m in count mode, derivable in rate mode (policy.py)
     assert (spec.fallback.failure_threshold, spec.fallback.mode, spec.fallback.replicas) == (3, "hold", None)
     source = spec.sources[0]
     assert isinstance(source, AzureQueueSource)
