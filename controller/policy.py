@@ -324,11 +324,11 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     """How long a rule stays inactive before going to zero: the rule's `scaleToZeroDelay`, else derived.
 
     Going to zero destroys nothing (an inactive count has nothing in flight); what it risks is the next message
-    waiting for a replica to start. When that wait, a poll plus the start-up plus one service time, still meets
-    `targetWaitSeconds`, an idle replica kept warm buys no latency, only cost: it is kept as long as a restart
-    would cost (the start-up time, the ski-rental break-even), and at least two polls, so one empty poll between
-    two messages does not stop it. Otherwise (count mode, no wait objective, or a wait objective a cold start
-    cannot meet) the default 5 minutes.
+    waiting for a replica to start. When that wait, a poll plus the start-up plus one service time, fits in what
+    the drain time leaves of `targetWaitSeconds`, an idle replica kept warm buys no latency, only cost: it is
+    kept as long as a restart would cost (the start-up time, the ski-rental break-even), and at least two polls,
+    so one empty poll between two messages does not stop it. Otherwise (count mode, no wait objective, or a wait
+    objective a cold start cannot meet) the default 5 minutes.
     """
     policy = spec.policy
     if policy.scale_to_zero_delay is not None:
@@ -339,7 +339,10 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     if policy.target_wait is None or service is None:
         return DEFAULT_SCALE_TO_ZERO_DELAY
     startup = startup_time(spec, measured_startup)
-    if spec.polling_interval + startup + service > policy.target_wait:
+    # The message that wakes a replica, and what arrives behind it, must still drain within the drain time:
+    # the cold start has what the drain time leaves of the objective (the rest absorbs a wrong serviceTime).
+    cold_budget = policy.target_wait - (sizing(spec, measured_startup).drain_time or 0.0)
+    if spec.polling_interval + startup + service > cold_budget:
         return DEFAULT_SCALE_TO_ZERO_DELAY
     return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(2 * spec.polling_interval, startup))
 

@@ -39,18 +39,19 @@ def test_startup_time_is_parsed_as_a_duration_and_checked() -> None:
 
 
 def test_scale_to_zero_waits_only_the_startup_when_a_cold_start_still_meets_the_wait() -> None:
-    # 10 s poll + 20 s start-up + 2 s service = 32 s <= 60 s: a replica woken from zero meets the wait, so an
-    # idle one is kept only as long as a restart costs (20 s), not five minutes.
-    spec = make_spec(policy={**RATE, "startupTime": "20s"})
-    assert scale_to_zero_delay(spec) == 20.0
+    # 5 s poll + 18 s start-up + 2 s service = 25 s: within what the 30 s drain time (half of targetWaitSeconds)
+    # leaves of the 60 s objective. A replica woken from zero meets the wait, so an idle one is kept only as long
+    # as a restart costs (18 s), not five minutes.
+    spec = make_spec(pollingInterval=5, policy={**RATE, "startupTime": "18s"})
+    assert scale_to_zero_delay(spec) == 18.0
     run = Run(spec, current=1)
     run.tick(0, 0)
     pending = run.tick(10, 0)
     assert (pending.desired, pending.reason) == (1, Reason.PENDING_SCALE_TO_ZERO)
-    assert "scaling to zero in 10s" in pending.message
+    assert "scaling to zero in 8s" in pending.message
     gone = run.tick(20, 0)
     assert (gone.desired, gone.reason) == (0, Reason.SCALED_TO_ZERO)
-    assert "inactive for 20s" in gone.message
+    assert "inactive for 18s" in gone.message
 
 
 def test_the_derived_delay_is_at_least_two_polls() -> None:
@@ -59,18 +60,21 @@ def test_the_derived_delay_is_at_least_two_polls() -> None:
 
 
 def test_scale_to_zero_keeps_five_minutes_when_a_cold_start_would_miss_the_wait() -> None:
-    # 10 s poll + 50 s start-up + 2 s service = 62 s > 60 s: a warm replica is what meets the wait.
-    assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "50s"})) == 300.0
+    # 10 s poll + 20 s start-up + 2 s service = 32 s > 60 s - 30 s drain time: a warm replica is what meets the
+    # wait once the backlog behind the first message has drained.
+    assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "20s"})) == 300.0
     # The same from what the operator measured, when the rule states no start-up time.
-    assert scale_to_zero_delay(make_spec(policy=RATE), measured_startup=50.0) == 300.0
+    assert scale_to_zero_delay(make_spec(policy=RATE), measured_startup=20.0) == 300.0
     assert scale_to_zero_delay(make_spec(policy=RATE), measured_startup=15.0) == 20.0
+    # A longer drain time leaves less of the objective to a cold start.
+    assert scale_to_zero_delay(make_spec(policy={**RATE, "drainTime": "50s"}), measured_startup=15.0) == 300.0
 
 
 def test_decide_uses_the_measured_startup_for_the_scale_to_zero_delay() -> None:
     spec = make_spec(policy=RATE)
     memory = Run(spec, current=1).tick(0, 0).memory  # inactive since 0
-    slow = decide(spec, seen(40, 0), [seen(0, 0)], 1, memory, 40.0, measured_startup=55.0)
-    fast = decide(spec, seen(40, 0), [seen(0, 0)], 1, memory, 40.0, measured_startup=25.0)
+    slow = decide(spec, seen(40, 0), [seen(0, 0)], 1, memory, 40.0, measured_startup=25.0)
+    fast = decide(spec, seen(40, 0), [seen(0, 0)], 1, memory, 40.0, measured_startup=15.0)
     assert (slow.desired, slow.reason) == (1, Reason.PENDING_SCALE_TO_ZERO)
     assert (fast.desired, fast.reason) == (0, Reason.SCALED_TO_ZERO)
 
@@ -79,5 +83,5 @@ def test_count_mode_and_a_stated_delay_keep_their_meaning() -> None:
     # targetPerReplica rules are KEDA-like: no wait objective, the default five minutes (KEDA's cooldownPeriod
     # is its own, but nothing is derived for a rule that states no latency).
     assert scale_to_zero_delay(make_spec(policy={"targetPerReplica": 5, "startupTime": "10s"})) == 300.0
-    assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "20s", "scaleToZeroDelay": "7m"})) == 420.0
-    assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "20s", "scaleToZeroDelay": 0})) == 0.0
+    assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "5s", "scaleToZeroDelay": "7m"})) == 420.0
+    assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "5s", "scaleToZeroDelay": 0})) == 0.0
