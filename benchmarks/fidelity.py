@@ -80,14 +80,36 @@ def table(name: str, summary: dict[str, object]) -> tuple[list[str], list[str]]:
     return lines, failed
 
 
+def markdown(summaries: dict[str, dict[str, object]]) -> str:
+    """One table for the docs: a row per metric, a column per scenario, each cell `live / simulated`."""
+    names = list(summaries)
+    lines = ["| metric | " + " | ".join(n.removeprefix("fidelity-") for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for key in METRICS:
+        cells = []
+        for name in names:
+            summary = summaries[name]
+            simulated = summary["simulated"]
+            assert isinstance(simulated, dict)
+            cells.append(f"{_short(summary.get(key))} / {_short(simulated.get(key))}")
+        lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _short(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="scenarios whose name holds NAME")
     parser.add_argument("--out", default="/tmp/queuescale-fidelity", metavar="DIR", help="one folder per scenario")
     parser.add_argument("--from", dest="previous", metavar="DIR", help="print the summaries a past run left in DIR")
+    parser.add_argument("--markdown", action="store_true", help="also print one Markdown table (docs/simulator.md)")
     args = parser.parse_args(argv)
     base = Path(args.previous or args.out)
     failures: list[str] = []
+    summaries: dict[str, dict[str, object]] = {}
     for scenario in scenario_files(args.only):
         name = scenario.stem
         out = base / name
@@ -96,10 +118,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"running {name} live ...", file=sys.stderr, flush=True)
             summary = run_live(scenario, out)
+        summaries[name] = summary
         lines, failed = table(name, summary)
         print("\n".join(lines), flush=True)
         print()
         failures.extend(failed)
+    if args.markdown:
+        print(markdown(summaries))
+        print()
     if failures:
         print("disagree beyond worker-seconds 10 %, p99 wait max(10 %, 2 s):")
         print("\n".join(f"  {line}" for line in failures))
