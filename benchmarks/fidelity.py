@@ -1,10 +1,10 @@
 """How well the simulator predicts a live run: each fidelity scenario run both ways, compared metric by metric.
 
-    .venv/bin/python benchmarks/fidelity.py                      # all benchmarks/scenarios/fidelity-*.yaml, live
+    .venv/bin/python benchmarks/fidelity.py                      # all benchmarks/scenarios/fidelity/fidelity-*.yaml, live
     .venv/bin/python benchmarks/fidelity.py --only ramp-kill     # one of them
     .venv/bin/python benchmarks/fidelity.py --from /tmp/fidelity # print again from the summaries of a past run
 
-Each scenario runs live with `queuescale demo --scenario FILE --policy benchmarks/scenarios/fidelity-rule.yaml`
+Each scenario runs live with `queuescale demo --scenario FILE --policy benchmarks/scenarios/fidelity/rule.yaml`
 (Azurite, real worker processes, the operator's reconciler; it takes the scenario's own duration, 2-3 minutes),
 which also simulates the same scenario and rule and writes both into demo-summary.json. This prints, per scenario
 and metric, the live value, the simulated one and the difference, and checks the agreement the simulator claims
@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCENARIOS = ROOT / "benchmarks" / "scenarios"
-RULE = SCENARIOS / "fidelity-rule.yaml"
+# Not in benchmarks/scenarios/ itself: policy_suite.py runs every scenario there.
+SCENARIOS = ROOT / "benchmarks" / "scenarios" / "fidelity"
+RULE = SCENARIOS / "rule.yaml"
 METRICS = (
     "worker_seconds", "busy_worker_seconds", "wait_p50", "wait_p95", "wait_p99", "wait_max", "scale_actions",
     "direction_reversals", "duplicate_deliveries", "messages_arrived", "messages_processed", "peak_replicas",

@@ -332,7 +332,7 @@ EXAMPLES = {
     "demo": """\
   queuescale demo
   queuescale demo --burst 200 --max-workers 16 --out /tmp/demo --no-live
-  queuescale demo --scenario benchmarks/scenarios/fidelity-burst-drain.yaml --out /tmp/live""",
+  queuescale demo --scenario benchmarks/scenarios/fidelity/fidelity-burst-drain.yaml --out /tmp/live""",
     "convert-keda": """\
   queuescale convert-keda examples/keda/orders-scaledobject.yaml --out orders-queuescaler.yaml
   kubectl get scaledobject orders -o yaml | queuescale convert-keda - | queuescale validate -""",

@@ -154,6 +154,7 @@ def test_the_send_schedule_sends_the_simulators_plan_each_second_within_its_seco
     per_second = [0] * len(PLAN.per_second())
     for at, delay in schedule:
         per_second[int(at)] += 1
+        assert at % 1 > 0, "never at the start of a second, where the simulator's policy looks before arrivals"
         assert delay == 0.0
     assert per_second == PLAN.per_second()
     assert schedule == sorted(schedule)

@@ -109,11 +109,15 @@ def service_time_argument(service: ServiceTime) -> str:
 
 
 def send_schedule(plan: ArrivalPlan) -> list[tuple[float, float]]:
-    """(seconds since the start, initial delay) of every message: a second's arrivals spread evenly over it."""
+    """(seconds since the start, initial delay) of every message: a second's arrivals spread evenly over it.
+
+    Each message is sent in the middle of its share of the second, never at its very start: the simulator's
+    policy acts at the start of a polling second, before that second's arrivals, and a message sent at that
+    instant would race the live poll (whose count then depends on which of the two came first)."""
     schedule: list[tuple[float, float]] = []
     for delay, counts in plan.streams:
         for second, n in enumerate(counts):
-            schedule.extend((second + i / n, delay) for i in range(n))
+            schedule.extend((second + (i + 0.5) / n, delay) for i in range(n))
     schedule.sort()
     return schedule
 
