@@ -1,6 +1,6 @@
 """How well the simulator predicts a live run: each fidelity scenario run both ways, compared metric by metric.
 
-    .venv/bin/python benchmarks/fidelity.py                      # all benchmarks/scenarios/fidelity/fidelity-*.yaml, live
+    .venv/bin/python benchmarks/fidelity.py  # all benchmarks/scenarios/fidelity/fidelity-*.yaml, live
     .venv/bin/python benchmarks/fidelity.py --only ramp-kill     # one of them
     .venv/bin/python benchmarks/fidelity.py --from /tmp/fidelity # print again from the summaries of a past run
 
