@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Not in benchmarks/scenarios/ itself: policy_suite.py runs every scenario there.
 SCENARIOS = ROOT / "benchmarks" / "scenarios" / "fidelity"
 RULE = SCENARIOS / "rule.yaml"
+# The spread: each scenario also simulated with 20 other service-time draws (same arrivals), min .. median .. max.
 METRICS = (
     "worker_seconds", "busy_worker_seconds", "wait_p50", "wait_p95", "wait_p99", "wait_max", "scale_actions",
     "direction_reversals", "duplicate_deliveries", "messages_arrived", "messages_processed", "peak_replicas",
@@ -63,13 +64,17 @@ def table(name: str, summary: dict[str, object]) -> tuple[list[str], list[str]]:
     simulated = summary["simulated"]
     assert isinstance(simulated, dict)
     lines = [f"{name} ({summary.get('duration_seconds')} s live, send lag max {summary.get('send_lag_max_seconds')} s)",
-             f"  {'metric':<24}{'live':>10}{'simulated':>11}{'difference':>12}"]
+             f"  {'metric':<24}{'live':>10}{'simulated':>11}  {'difference':<17}{'simulated, 20 other draws':>27}"]
+    spread = summary.get("simulated_spread") or {}
+    assert isinstance(spread, dict)
     for key in METRICS:
         live, sim = summary.get(key), simulated.get(key)
         if isinstance(live, int | float) and isinstance(sim, int | float):
             relative, _ = agreement(float(live), float(sim))
             shown = f"{live - sim:+.4g}" + (f" ({relative:+.0%})" if sim and abs(relative) < 100 else "")
-            lines.append(f"  {key:<24}{live:>10.4g}{sim:>11.4g}  {shown}")
+            low, median, high = spread.get(key) or (None, None, None)
+            draws = "" if low is None else f"{low:.4g} .. {median:.4g} .. {high:.4g}"
+            lines.append(f"  {key:<24}{live:>10.4g}{sim:>11.4g}  {shown:<17}{draws:>27}")
     failed = []
     checks = (("worker_seconds", 0.0), ("wait_p99", 2.0))
     for key, floor in checks:

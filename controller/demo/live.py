@@ -45,6 +45,7 @@ from controller.textfmt import duration, plural
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_LIVE_WORKERS = 64  # processes on one machine
 SENDERS = 16
+SPREAD_DRAWS = 20  # simulations with other service-time draws, for the simulated spread
 KILL_GRACE = 2.0  # scaleIn kill: SIGTERM ends the worker at once; SIGKILL only if it somehow did not
 
 
@@ -330,6 +331,7 @@ class ScenarioDemo:
         )
         live = measure(record, scenario, plan)
         simulated = await asyncio.to_thread(simulate_rule, scenario, rule)  # it runs its own event loop
+        spread = await asyncio.to_thread(simulated_spread, scenario, rule)
         summary = {
             "outcome": "interrupted" if self.interrupted else "completed",
             "scenario": scenario.name,
@@ -339,6 +341,7 @@ class ScenarioDemo:
             "send_lag_max_seconds": round(run.send_lag_max, 2),
             **live.to_json(),
             "simulated": simulated.metrics.to_json(),
+            "simulated_spread": spread,
             "azurite": {"pid": self.azurite.pid, "address": f"127.0.0.1:{self.azurite.port}"},
             "worker_processes": [
                 {"pid": p.pid, "replica": p.replica, "started": round(p.started - run.start, 2),
@@ -428,6 +431,7 @@ class ScenarioDemo:
 COMPARED = (
     "worker_seconds", "busy_worker_seconds", "wait_p50", "wait_p95", "wait_p99", "wait_max", "scale_actions",
     "direction_reversals", "duplicate_deliveries", "messages_arrived", "messages_processed", "peak_replicas",
+    "oldest_message_age_max",
 )
 
 
@@ -445,6 +449,33 @@ def simulate_rule(scenario: Scenario, rule: QueueScaler) -> RunResult:
         return RuleAutoscaler(rule.name, rule, world, scenario.start_epoch)
 
     return simulate(scenario, [Contender(rule.name, build)])[0]
+
+
+def simulated_spread(scenario: Scenario, rule: QueueScaler, draws: int = SPREAD_DRAWS) -> dict[str, list[float]]:
+    """[min, median, max] of each compared metric over `draws` simulations with the same arrivals and other
+    service-time draws: how much one run's own luck moves a figure, against which a live run's can be judged."""
+    import statistics
+
+    from controller.simulator.adapters import RuleAutoscaler
+    from controller.simulator.run import Contender, run_one
+    from controller.simulator.world import World
+
+    plan = plan_arrivals(scenario)
+
+    def build(world: World) -> RuleAutoscaler:
+        return RuleAutoscaler(rule.name, rule, world, scenario.start_epoch)
+
+    async def run_all() -> list[Metrics]:
+        # run_one draws service times from the scenario's seed: other seeds, the same arrival plan.
+        return [(await run_one(replace(scenario, seed=scenario.seed + 1000 * (k + 1)), plan,
+                               Contender(rule.name, build))).metrics for k in range(draws)]
+
+    runs = asyncio.run(run_all())
+    spread = {}
+    for key in COMPARED:
+        values = sorted(float(getattr(m, key)) for m in runs)
+        spread[key] = [values[0], statistics.median(values), values[-1]]
+    return spread
 
 
 def _write_timeline(path: Path, run: _Run) -> None:
