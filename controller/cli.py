@@ -268,8 +268,8 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "real worker processes; ends by itself, stops everything it started, writes a report.",
     )
     demo.add_argument("--scenario", metavar="NAME|FILE",
-                      help="run a simulator scenario live instead of the bursts below (its own duration; "
-                           "writes the simulator's metrics, live and simulated)")
+                      help="run a simulator scenario live instead of the bursts below, in its own duration, and "
+                           "write the simulator's metrics measured live and simulated (default: the bursts)")
     demo.add_argument("--policy", metavar="RULE.yaml",
                       help="with --scenario: the QueueScaler to run (default: the simulator's default rule)")
     demo.add_argument("--burst", type=int, default=d.burst, metavar="N", help=f"messages (default {d.burst})")
