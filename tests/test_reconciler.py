@@ -346,7 +346,7 @@ class SlowSource(QueueSource):
 async def scale_down_tick(latencies: list[float]) -> int:
     """The tick at which a rule polled every 5 s with `scaleDown.delay: 15s` lets 8 replicas go, once idle."""
     clock = VirtualClock(start=1_000.0)
-    counts: list[int | None] = [200] * 4 + [0] * 10
+    counts: list[int | None] = [*([200] * 4), *([0] * 10)]
     source = SlowSource(counts=counts, clock=clock, latencies=list(latencies))
     target = MemoryTarget(replicas=8)
     spec = {"pollingInterval": "5s", "maxReplicas": 8,
