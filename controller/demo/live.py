@@ -419,6 +419,9 @@ class ScenarioDemo:
 
     def _print_comparison(self, live: Metrics, simulated: Metrics, summary: dict[str, object]) -> None:
         print("", file=self.out)
+        if self.interrupted:
+            print(f"interrupted after {duration(float(summary['duration_seconds']))}: the live figures cover that "  # type: ignore[arg-type]
+                  f"much, the simulated ones the whole {duration(self.scenario.duration)}", file=self.out)
         print(f"{'metric':<24}{'live':>10}{'simulated':>11}", file=self.out)
         for key in COMPARED:
             print(f"{key:<24}{_fmt(getattr(live, key)):>10}{_fmt(getattr(simulated, key)):>11}", file=self.out)
