@@ -219,6 +219,14 @@ def _demo(args: argparse.Namespace) -> int:
     from controller.demo.options import DemoOptions
     from controller.demo.run import run
 
+    if args.scenario is not None:
+        from controller.demo.live import ScenarioDemoOptions
+        from controller.demo.live import run as run_scenario
+
+        return run_scenario(ScenarioDemoOptions(scenario=args.scenario, policy=args.policy, out_dir=Path(args.out),
+                                                live=args.live))
+    if args.policy is not None:
+        args.parser.error("--policy goes with --scenario")
     return run(DemoOptions(
         burst=args.burst, burst_at=args.burst_at, second_burst=args.second_burst,
         second_burst_at=args.second_burst_at, work_time=args.work_time, polling_interval=args.polling_interval,
@@ -259,6 +267,11 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         description="Start Azurite on 127.0.0.1, send bursts to a queue and watch the operator's reconciler scale "
         "real worker processes; ends by itself, stops everything it started, writes a report.",
     )
+    demo.add_argument("--scenario", metavar="NAME|FILE",
+                      help="run a simulator scenario live instead of the bursts below, in its own duration, and "
+                           "write the simulator's metrics measured live and simulated (default: the bursts)")
+    demo.add_argument("--policy", metavar="RULE.yaml",
+                      help="with --scenario: the QueueScaler to run (default: the simulator's default rule)")
     demo.add_argument("--burst", type=int, default=d.burst, metavar="N", help=f"messages (default {d.burst})")
     demo.add_argument("--burst-at", type=_duration, default=d.burst_at, metavar="T",
                       help=f"when, after the rule starts (default {duration(d.burst_at)})")
@@ -284,7 +297,7 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                       help=f"report, timeline, summary and worker logs (default {d.out_dir}/)")
     demo.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
                       help="redraw in place (default: when stdout is a terminal)")
-    demo.set_defaults(handler=_demo)
+    demo.set_defaults(handler=_demo, parser=demo)
 
 
 class _HelpFormatter(argparse.HelpFormatter):
@@ -318,7 +331,8 @@ EXAMPLES = {
   queuescale run --leader-elect --log-format json""",
     "demo": """\
   queuescale demo
-  queuescale demo --burst 200 --max-workers 16 --out /tmp/demo --no-live""",
+  queuescale demo --burst 200 --max-workers 16 --out /tmp/demo --no-live
+  queuescale demo --scenario benchmarks/scenarios/fidelity/fidelity-burst-drain.yaml --out /tmp/live""",
     "convert-keda": """\
   queuescale convert-keda examples/keda/orders-scaledobject.yaml --out orders-queuescaler.yaml
   kubectl get scaledobject orders -o yaml | queuescale convert-keda - | queuescale validate -""",

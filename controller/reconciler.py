@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from controller.policy import Decision, Observation, ScaleEvent, ScalingMemory, SourceReading, decide
@@ -24,6 +24,8 @@ from controller.textfmt import duration
 log = logging.getLogger(__name__)
 
 CONFLICT_RETRIES = 3
+# A tick that starts and polls within this of its due time decides as of its due time (see tick()).
+ON_TIME = 1.0
 
 
 class Clock(Protocol):
@@ -127,6 +129,13 @@ class Reconciler:
         observation = await self.poll()
         now = self.clock.now()
         poll_seconds = now - started
+        if scheduled is not None and 0.0 <= now - scheduled < min(ON_TIME, rule.spec.polling_interval / 2):
+            # On time: decide as of the due time. The few milliseconds a poll takes otherwise put each tick's
+            # time a little after its due time, by a different amount each time, and a window that is a multiple
+            # of the polling interval (scaleDown.delay 15s polled every 5s) then keeps or drops the
+            # recommendation on its edge at random: the scale-down came one poll late about half the time.
+            now = scheduled
+            observation = replace(observation, time=scheduled)
         decision: Decision | None = None
         state: ScaleState | None = None
         scaled: ScaleEvent | None = None

@@ -9,6 +9,9 @@ and it can scale queue workers on a single VM with no cluster.
   probe: say "ready" when the worker can take work, not when its interpreter starts).
 - A process that exits on its own is replaced on the next `read()` or `scale()`, as a ReplicaSet replaces a
   crashed pod, after a back-off that doubles per crash of that slot (1 s up to 30 s).
+- Each process gets its replica number in `QUEUESCALE_REPLICA` and the wall-clock time it was spawned in
+  `QUEUESCALE_SPAWNED_AT` (a worker that models a pod's start-up delay counts it from there, not from its own
+  interpreter's start).
 - Stopping is SIGTERM, then SIGKILL after `grace_period` seconds: a worker may finish the message it holds.
   Stops run in the background, so a scale-in does not hold up the caller's loop; `aclose()` waits for them.
 - Every process started is stopped by `aclose()` (graceful) or `close()` (synchronous, for `finally` blocks and
@@ -37,6 +40,7 @@ from controller.targets.base import ScaleState, TargetConflict, TargetError
 
 REPLICA_ENV = "QUEUESCALE_REPLICA"  # each process gets its own number (1, 2, ...) in this variable
 READY_FILE_ENV = "QUEUESCALE_READY_FILE"  # with ready_file=True: create this file when ready for work
+SPAWNED_AT_ENV = "QUEUESCALE_SPAWNED_AT"  # the wall clock at spawn: a worker's own start-up delay counts from it
 FIRST_RESTART_DELAY = 1.0
 MAX_RESTART_DELAY = 30.0
 
@@ -241,7 +245,7 @@ class LocalProcessTarget:
     # Starting and replacing
 
     def _spawn(self, number: int) -> tuple[subprocess.Popen[bytes], Path | None]:
-        env = {**self.env, REPLICA_ENV: str(number)}
+        env = {**self.env, REPLICA_ENV: str(number), SPAWNED_AT_ENV: repr(self._wall_clock())}
         ready_file = None
         if self._ready_dir is not None:
             ready_file = self._ready_dir / f"ready-{next(self._spawns)}"

@@ -1,0 +1,144 @@
+"""How well the simulator predicts a live run: each fidelity scenario run both ways, compared metric by metric.
+
+    .venv/bin/python benchmarks/fidelity.py  # all benchmarks/scenarios/fidelity/fidelity-*.yaml, live
+    .venv/bin/python benchmarks/fidelity.py --only ramp-kill     # one of them
+    .venv/bin/python benchmarks/fidelity.py --from /tmp/fidelity # print again from the summaries of a past run
+
+Each scenario runs live with `queuescale demo --scenario FILE --policy benchmarks/scenarios/fidelity/rule.yaml`
+(Azurite, real worker processes, the operator's reconciler; it takes the scenario's own duration, 2-3 minutes),
+which also simulates the same scenario and rule and writes both into demo-summary.json. This prints, per scenario
+and metric, the live value, the simulated one and the difference, and checks the agreement the simulator claims
+(docs/simulator.md, "Fidelity"): worker-seconds within 10 %, p99 wait within max(10 %, 2 s). Exit 1 when a
+scenario disagrees beyond that.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+# Not in benchmarks/scenarios/ itself: policy_suite.py runs every scenario there.
+SCENARIOS = ROOT / "benchmarks" / "scenarios" / "fidelity"
+RULE = SCENARIOS / "rule.yaml"
+# The spread: each scenario also simulated with 20 other service-time draws (same arrivals), min .. median .. max.
+METRICS = (
+    "worker_seconds", "busy_worker_seconds", "wait_p50", "wait_p95", "wait_p99", "wait_max", "scale_actions",
+    "direction_reversals", "duplicate_deliveries", "messages_arrived", "messages_processed", "peak_replicas",
+    "oldest_message_age_max",
+)
+
+
+def scenario_files(only: list[str]) -> list[Path]:
+    files = sorted(SCENARIOS.glob("fidelity-*.yaml"))
+    if only:
+        files = [f for f in files if any(name in f.stem for name in only)]
+    return files
+
+
+def run_live(scenario: Path, out: Path) -> dict[str, object]:
+    """One live run through the command line; its summary."""
+    out.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "controller", "demo", "--scenario", str(scenario), "--policy", str(RULE),
+               "--out", str(out), "--no-live"]
+    with (out / "demo-output.txt").open("w", encoding="utf-8") as log:
+        done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{scenario.name}: the live run exited {done.returncode}; see {out / 'demo-output.txt'}")
+    summary: dict[str, object] = json.loads((out / "demo-summary.json").read_text(encoding="utf-8"))
+    return summary
+
+
+def agreement(live: float, simulated: float, *, floor: float = 0.0) -> tuple[float, bool]:
+    """The relative difference (live vs simulated), and whether it is within max(10 %, `floor`)."""
+    difference = live - simulated
+    relative = difference / simulated if simulated else (0.0 if not difference else float("inf"))
+    return relative, abs(difference) <= max(0.10 * abs(simulated), floor)
+
+
+def table(name: str, summary: dict[str, object]) -> tuple[list[str], list[str]]:
+    """The comparison's lines, and the checks that failed."""
+    simulated = summary["simulated"]
+    assert isinstance(simulated, dict)
+    lines = [f"{name} ({summary.get('duration_seconds')} s live, send lag max {summary.get('send_lag_max_seconds')} s)",
+             f"  {'metric':<24}{'live':>10}{'simulated':>11}  {'difference':<17}{'simulated, 20 other draws':>27}"]
+    spread = summary.get("simulated_spread") or {}
+    assert isinstance(spread, dict)
+    for key in METRICS:
+        live, sim = summary.get(key), simulated.get(key)
+        if isinstance(live, int | float) and isinstance(sim, int | float):
+            relative, _ = agreement(float(live), float(sim))
+            shown = f"{live - sim:+.4g}" + (f" ({relative:+.0%})" if sim and abs(relative) < 100 else "")
+            low, median, high = spread.get(key) or (None, None, None)
+            draws = "" if low is None else f"{low:.4g} .. {median:.4g} .. {high:.4g}"
+            lines.append(f"  {key:<24}{live:>10.4g}{sim:>11.4g}  {shown:<17}{draws:>27}")
+    failed = []
+    checks = (("worker_seconds", 0.0), ("wait_p99", 2.0))
+    for key, floor in checks:
+        live, sim = summary.get(key), simulated.get(key)
+        if isinstance(live, int | float) and isinstance(sim, int | float):
+            relative, ok = agreement(float(live), float(sim), floor=floor)
+            if not ok:
+                failed.append(f"{name}: {key} live {live:g}, simulated {sim:g} ({relative:+.0%})")
+    return lines, failed
+
+
+def markdown(summaries: dict[str, dict[str, object]]) -> str:
+    """One table for the docs: a row per metric, a column per scenario, each cell `live / simulated`."""
+    names = list(summaries)
+    lines = ["| metric | " + " | ".join(n.removeprefix("fidelity-") for n in names) + " |",
+             "|---|" + "---:|" * len(names)]
+    for key in METRICS:
+        cells = []
+        for name in names:
+            summary = summaries[name]
+            simulated = summary["simulated"]
+            assert isinstance(simulated, dict)
+            cells.append(f"{_short(summary.get(key))} / {_short(simulated.get(key))}")
+        lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _short(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--only", action="append", default=[], metavar="NAME", help="scenarios whose name holds NAME")
+    parser.add_argument("--out", default="/tmp/queuescale-fidelity", metavar="DIR", help="one folder per scenario")
+    parser.add_argument("--from", dest="previous", metavar="DIR", help="print the summaries a past run left in DIR")
+    parser.add_argument("--markdown", action="store_true", help="also print one Markdown table (docs/simulator.md)")
+    args = parser.parse_args(argv)
+    base = Path(args.previous or args.out)
+    failures: list[str] = []
+    summaries: dict[str, dict[str, object]] = {}
+    for scenario in scenario_files(args.only):
+        name = scenario.stem
+        out = base / name
+        if args.previous:
+            summary = json.loads((out / "demo-summary.json").read_text(encoding="utf-8"))
+        else:
+            print(f"running {name} live ...", file=sys.stderr, flush=True)
+            summary = run_live(scenario, out)
+        summaries[name] = summary
+        lines, failed = table(name, summary)
+        print("\n".join(lines), flush=True)
+        print()
+        failures.extend(failed)
+    if args.markdown:
+        print(markdown(summaries))
+        print()
+    if failures:
+        print("disagree beyond worker-seconds 10 %, p99 wait max(10 %, 2 s):")
+        print("\n".join(f"  {line}" for line in failures))
+        return 1
+    print("every scenario agrees: worker-seconds within 10 %, p99 wait within max(10 %, 2 s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""The live run's metrics (controller/demo/measure.py) from recorded sends, deliveries and process lifetimes, and
+the pieces of the live harness that need no Azurite: the worker's service-time draws, the send schedule, the log
+reader. Each metric follows the simulator's definition (docs/simulator.md, "Metrics"), checked here on histories
+small enough to work out by hand, and against the simulated World where the two count the same thing."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+from dataclasses import fields, replace
+from pathlib import Path
+
+import pytest
+
+from controller.demo.live import read_worker_logs, send_schedule, service_time_argument
+from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure, oldest_ages, percentile
+from controller.demo.worker import ServiceTimeError, service_time_sampler
+from controller.simulator.run import Metrics
+from controller.simulator.scenario import ServiceTime, parse_scenario, plan_arrivals
+from controller.simulator.world import World
+
+T0 = 1_000_000.0
+
+SCENARIO = parse_scenario({
+    "duration": 60, "seed": 5, "slo": {"waitSeconds": 10}, "queue": {"visibilityTimeout": "10s"},
+    "workers": {"startupDelay": "2s", "serviceTime": "1s", "concurrency": 2, "maxReplicas": 4},
+    "arrivals": [{"type": "burst", "at": 5, "messages": 40, "over": 4}, {"type": "poisson", "rate": 0.5}],
+})
+PLAN = plan_arrivals(SCENARIO)
+
+
+def record(**changes: object) -> LiveRecord:
+    base = LiveRecord(
+        start=T0, duration=60.0, concurrency=2, visibility_timeout=10.0, ttl=None, slo_wait=10.0,
+        initial_replicas=0, sent=(), deliveries=(), processes=(), scale_actions=(), ready=(), remaining=0,
+    )
+    return replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_the_live_metrics_are_the_simulators_metrics_key_for_key() -> None:
+    metrics = measure(record(), SCENARIO, PLAN)
+    assert isinstance(metrics, Metrics)
+    assert set(metrics.to_json()) == {f.name for f in fields(Metrics)}
+
+
+def test_worker_seconds_are_the_process_lifetimes_clipped_to_the_run() -> None:
+    processes = (
+        Lifetime(1, T0 - 5, T0 + 10),   # started before time 0 (an initial replica): 10 s count
+        Lifetime(2, T0 + 20, T0 + 50),  # 30 s
+        Lifetime(3, T0 + 55, None),     # still running at the end: 5 s
+        Lifetime(4, T0 + 58, T0 + 70),  # stopped by the clean-up after the end: 2 s
+    )
+    metrics = measure(record(processes=processes), SCENARIO, PLAN)
+    assert metrics.worker_seconds == 47.0
+    assert metrics.mean_replicas == round(47 / 60, 3)
+
+
+def test_waits_are_received_minus_sent_and_a_redelivery_counts_again_with_its_longer_wait() -> None:
+    sent = tuple(SentMessage(n, T0 + n) for n in range(10))
+    deliveries = [Delivery(n, 7, T0 + n + 0.5 * n, 1, T0 + n + 0.5 * n + 1, True) for n in range(9)]
+    # Message 9: received at +10 (wait 1), killed with its process; delivered again at +25 (wait 16).
+    deliveries += [Delivery(9, 8, T0 + 10, 1, None), Delivery(9, 7, T0 + 25, 2, T0 + 26, True)]
+    metrics = measure(record(sent=sent, deliveries=tuple(deliveries), processes=(
+        Lifetime(7, T0, T0 + 60), Lifetime(8, T0, T0 + 12))), SCENARIO, PLAN)
+    waits = sorted([0.5 * n for n in range(9)] + [1.0, 16.0])
+    assert metrics.wait_p50 == percentile(waits, 0.5) == 2.0
+    assert metrics.wait_max == 16.0
+    assert metrics.wait_p99 == 16.0
+    assert metrics.duplicate_deliveries == 1
+    assert metrics.messages_processed == 10
+    # Busy: nine 1-second jobs, one delivery cut after 2 s when its process died, one more 1-second job; 2 slots.
+    assert metrics.busy_worker_seconds == pytest.approx((9 + 2 + 1) / 2)
+
+
+def test_only_what_happened_within_the_duration_counts() -> None:
+    sent = (SentMessage(0, T0 + 50), SentMessage(1, T0 + 59.5))
+    deliveries = (Delivery(0, 7, T0 + 55, 1, T0 + 58, True), Delivery(1, 7, T0 + 59.8, 1, T0 + 61, True))
+    metrics = measure(record(sent=sent, deliveries=deliveries, remaining=1,
+                             scale_actions=((10.0, 0, 2), (60.0, 2, 0))), SCENARIO, PLAN)
+    assert metrics.messages_arrived == 2
+    assert metrics.messages_processed == 1  # the second one's delete came after the end
+    assert metrics.messages_remaining == 1
+    assert metrics.scale_actions == 1  # a tick at exactly the end belongs to the next run, as in the simulator
+    assert metrics.busy_worker_seconds == pytest.approx((3 + 0.2) / 2)
+
+
+def test_direction_reversals_are_counted_as_the_simulated_deployment_counts_them() -> None:
+    actions = ((5.0, 0, 3), (10.0, 3, 5), (15.0, 5, 2), (20.0, 2, 1), (25.0, 1, 4), (30.0, 4, 0))
+    world = World(SCENARIO.queue, SCENARIO.workers, [1.0], seed=1)
+    for t, _, to in actions:
+        world.set_desired(to, int(t))
+    metrics = measure(record(scale_actions=actions), SCENARIO, PLAN)
+    assert metrics.direction_reversals == world.reversals == 3
+    assert metrics.scale_actions == len(world.tally.scale_actions) == 6
+    assert metrics.peak_replicas == 5
+
+
+def test_a_killed_delivery_makes_its_message_visible_again_after_the_visibility_timeout() -> None:
+    # Sent at 0, received at 2 by a process killed at 4; visible again at 2 + 10 = 12, delivered again at 30.
+    sent = (SentMessage(0, T0),)
+    deliveries = (Delivery(0, 7, T0 + 2, 1, None), Delivery(0, 8, T0 + 30, 2, T0 + 31, True))
+    ages = oldest_ages(record(sent=sent, deliveries=deliveries, processes=(Lifetime(7, T0, T0 + 4),)))
+    assert ages[0] == 0.5 and ages[1] == 1.5  # visible (and ageing) until received at 2
+    assert ages[2:12] == [0.0] * 10  # invisible: held by the first delivery's visibility timeout
+    assert ages[12] == 12.5 and ages[29] == 29.5  # visible again, its age counting from its send
+    assert ages[30:] == [0.0] * 30
+    metrics = measure(record(sent=sent, deliveries=deliveries, processes=(Lifetime(7, T0, T0 + 4),)),
+                      SCENARIO, PLAN)
+    assert metrics.oldest_message_age_max == 29.5
+    assert metrics.slo_violation_seconds == 18  # seconds 12 .. 29: visible, and older than the 10 s objective
+
+
+def test_a_delayed_message_is_not_visible_before_its_delay() -> None:
+    ages = oldest_ages(record(sent=(SentMessage(0, T0 + 1, delay=5.0),)))
+    assert ages[:6] == [0.0] * 6
+    assert ages[6] == 5.5
+
+
+def test_burst_reactions_use_the_ready_samples_as_the_simulator_uses_its_ready_pods() -> None:
+    burst = PLAN.bursts[0]
+    ready = tuple((float(t), 0 if t < 12 else 3) for t in range(60))
+    metrics = measure(record(ready=ready, scale_actions=((7.0, 0, 3),)), SCENARIO, PLAN)
+    reaction = metrics.bursts[0]
+    assert reaction.start == burst.start == 5.0
+    assert reaction.first_scale_out == 2.0
+    assert reaction.needed_replicas == 2  # 40 one-second messages, 2 per pod, within the 10 s objective
+    assert reaction.enough_capacity == 7.0
+
+
+@pytest.mark.parametrize("service", [
+    ServiceTime("constant", 1.5),
+    ServiceTime("exponential", 2.0),
+    ServiceTime("uniform", 1.0, minimum=0.5, maximum=1.5),
+    ServiceTime("lognormal", 2.0, stddev=1.0),
+])
+def test_the_worker_draws_service_times_from_the_scenarios_distribution(service: ServiceTime) -> None:
+    draw = service_time_sampler(service_time_argument(service), random.Random(3))
+    draws = sorted(draw() for _ in range(40_000))
+    assert statistics.fmean(draws) == pytest.approx(service.average, rel=0.03)
+    for q in (0.25, 0.5, 0.9):  # the same quantiles as the simulator's table
+        assert draws[int(q * len(draws))] == pytest.approx(service.quantile(q), rel=0.05, abs=0.01)
+
+
+@pytest.mark.parametrize("text", ["gamma:1", "constant", "uniform:1", "exponential:x", "constant:-1"])
+def test_a_bad_service_time_is_refused_with_the_option_named(text: str) -> None:
+    with pytest.raises(ServiceTimeError, match="--service-time"):
+        service_time_sampler(text, random.Random())
+
+
+def test_the_send_schedule_sends_the_simulators_plan_each_second_within_its_second() -> None:
+    schedule = send_schedule(PLAN)
+    assert len(schedule) == PLAN.total
+    per_second = [0] * len(PLAN.per_second())
+    for at, delay in schedule:
+        per_second[int(at)] += 1
+        assert at % 1 > 0, "never at the start of a second, where the simulator's policy looks before arrivals"
+        assert delay == 0.0
+    assert per_second == PLAN.per_second()
+    assert schedule == sorted(schedule)
+
+
+def test_the_worker_logs_become_deliveries_matched_to_their_ends(tmp_path: Path) -> None:
+    lines = [
+        {"event": "ready", "replica": "1", "pid": 11, "spawned": 1.0, "ready": 3.0},
+        {"event": "received", "replica": "1", "pid": 11, "message": 4, "sent": 9.0, "received": 10.0,
+         "dequeue_count": 1},
+        {"event": "received", "replica": "1", "pid": 11, "message": 5, "sent": 9.5, "received": 10.0,
+         "dequeue_count": 2},
+        {"event": "done", "replica": "1", "pid": 11, "message": 4, "sent": 9.0, "received": 10.0, "done": 11.0},
+        {"event": "lost", "replica": "1", "pid": 11, "message": 5, "sent": 9.5, "received": 10.0, "done": 12.0},
+        {"event": "received", "replica": "1", "pid": 11, "message": 6, "sent": 9.7, "received": 10.5,
+         "dequeue_count": 1},
+    ]
+    (tmp_path / "worker-1.log").write_text("\n".join(json.dumps(line) for line in lines) + "\nTraceback...\n")
+    deliveries, ready = read_worker_logs(tmp_path)
+    assert ready == {11: 3.0}
+    assert deliveries == [
+        Delivery(4, 11, 10.0, 1, 11.0, True),
+        Delivery(5, 11, 10.0, 2, 12.0, False),
+        Delivery(6, 11, 10.5, 1, None, False),
+    ]
