@@ -29,7 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 from controller.kube.api import KubeApi, KubeError
-from controller.kube.rules import RuleWatcher
+from controller.kube.rules import RuleWatcher, until_listable
 from controller.kube.status import parse_rfc3339
 from controller.spec import QueueScaler, ScaleTargetRef
 from controller.targets.base import ScaleState, Target, TargetError
@@ -233,27 +233,18 @@ class HpaWatch:
     async def run(self) -> None:
         """Runs until cancelled."""
         path = hpa_path(self.namespace)
-        logged = False
-        while True:
-            try:
-                # One object is enough to learn whether we may list them; the watcher lists them all next.
-                await self.api.request("GET", path, query={"limit": "1"})
-                break
-            except KubeError as exc:
-                if exc.status not in (401, 403, 404):
-                    await asyncio.sleep(2.0)
-                    continue
-                if not logged:
-                    what = "the autoscaling/v2 API is not served" if exc.status == 404 else \
-                        "the operator may not list horizontalpodautoscalers (RBAC)"
-                    log.warning("HPA conflict check off in %s: %s; rules there are not checked for an HPA on their "
-                                "target (checking again every %gs)", self.namespace or "all namespaces", what,
-                                self.recheck)
-                    logged = True
-                self.index.skip(self.namespace)
-                await asyncio.sleep(self.recheck)
-        if logged:
-            log.info("HPA conflict check on in %s", self.namespace or "all namespaces")
+        scope = self.namespace or "all namespaces"
+
+        def refused(exc: KubeError, first: bool) -> None:
+            if first:
+                what = "the autoscaling/v2 API is not served" if exc.status == 404 else \
+                    "the operator may not list horizontalpodautoscalers (RBAC)"
+                log.warning("HPA conflict check off in %s: %s; rules there are not checked for an HPA on their "
+                            "target (checking again every %gs)", scope, what, self.recheck)
+            self.index.skip(self.namespace)
+
+        if await until_listable(self.api, path, recheck=self.recheck, refused=refused):
+            log.info("HPA conflict check on in %s", scope)
         await RuleWatcher(self.api, self.index, namespace=self.namespace, watch_timeout=self.watch_timeout,
                           path=path, resource="HorizontalPodAutoscalers").run()
 

@@ -168,3 +168,22 @@ def _reason(exc: Exception) -> str:
     if isinstance(exc, KubeError):
         return exc.reason if re.fullmatch(r"[A-Za-z]{1,64}", exc.reason) else str(exc.status)
     return type(exc).__name__
+
+
+async def until_listable(api: KubeApi, path: str, *, recheck: float,
+                         refused: Callable[[KubeError, bool], None]) -> bool:
+    """Wait until the operator may list `path`: a list of one object is enough to learn it. On 401, 403 or 404 (no
+    RBAC, or the API is not served) `refused(error, first)` is called and it asks again every `recheck` seconds;
+    other failures are retried after 2 s. True when it was refused at least once (the caller may say it recovered)."""
+    was_refused = False
+    while True:
+        try:
+            await api.request("GET", path, query={"limit": "1"})
+            return was_refused
+        except KubeError as exc:
+            if exc.status not in (401, 403, 404):
+                await asyncio.sleep(2.0)
+                continue
+            refused(exc, not was_refused)
+            was_refused = True
+            await asyncio.sleep(recheck)

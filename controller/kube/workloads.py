@@ -19,7 +19,6 @@ Without RBAC to list a kind (403), the scope is logged once and left unwatched: 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -29,7 +28,7 @@ from typing import Any
 from urllib.parse import quote
 
 from controller.kube.api import KubeApi, KubeError
-from controller.kube.rules import RuleWatcher
+from controller.kube.rules import RuleWatcher, until_listable
 
 log = logging.getLogger(__name__)
 
@@ -256,25 +255,16 @@ class WorkloadWatch:
         """Runs until cancelled."""
         path = workloads_path(self.plural, self.namespace)
         scope = self.namespace or "all namespaces"
-        logged = False
-        while True:
-            try:
-                # One object is enough to learn whether we may list them; the watcher lists them all next.
-                await self.api.request("GET", path, query={"limit": "1"})
-                break
-            except KubeError as exc:
-                if exc.status not in (401, 403, 404):
-                    await asyncio.sleep(2.0)
-                    continue
-                if not logged:
-                    log.warning("not watching %s in %s (%s %s): their targets are read through /scale, ready "
-                                "replicas and start-up times stay unknown; grant list and watch on %s (see "
-                                "docs/operations.md, RBAC). Asking again every %gs", self.plural, scope, exc.status,
-                                exc.reason, self.plural, self.recheck)
-                    logged = True
-                self.cache._unwatched(self.kind, self.namespace)
-                await asyncio.sleep(self.recheck)
-        if logged:
+
+        def refused(exc: KubeError, first: bool) -> None:
+            if first:
+                log.warning("not watching %s in %s (%s %s): their targets are read through /scale, ready replicas "
+                            "and start-up times stay unknown; grant list and watch on %s (see docs/operations.md, "
+                            "RBAC). Asking again every %gs", self.plural, scope, exc.status, exc.reason, self.plural,
+                            self.recheck)
+            self.cache._unwatched(self.kind, self.namespace)
+
+        if await until_listable(self.api, path, recheck=self.recheck, refused=refused):
             log.info("watching %s in %s", self.plural, scope)
         self.watcher = RuleWatcher(self.api, self.cache.handler(self.kind), namespace=self.namespace,
                                    watch_timeout=self.watch_timeout, path=path, resource=f"{self.kind}s",
