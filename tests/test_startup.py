@@ -10,6 +10,8 @@ the bottleneck of.
 from __future__ import annotations
 
 import base64
+import copy
+import logging
 import re
 import signal
 import subprocess
@@ -24,9 +26,12 @@ import pytest
 import yaml
 
 from benchmarks.capacity import DEV_KEY, _deployment, _rule
-from controller.operator import MAX_SPREAD
+from controller.kube.api import KubeApi, load_configuration
+from controller.operator import MAX_SPREAD, Operator, OperatorOptions
+from controller.sources.transport import polling_client
 from tests.fakekube.server import FakeKube
-from tests.operator_harness import ROOT, Operator, wait_for
+from tests.operator_harness import ROOT, wait_for
+from tests.operator_harness import Operator as OperatorProcess
 
 RULES = 300
 NS = "bench"  # the benchmark's rules and deployments live there
@@ -71,11 +76,11 @@ def many_rules(fake_kube: FakeKube, queues: str) -> FakeKube:
 
 
 @pytest.fixture
-def operators(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Operator]]:
-    started: list[Operator] = []
+def operators(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., OperatorProcess]]:
+    started: list[OperatorProcess] = []
 
-    def start() -> Operator:
-        operator = Operator(kubeconfig, tmp_path / f"operator-{len(started)}.log", "--kube-qps", str(QPS),
+    def start() -> OperatorProcess:
+        operator = OperatorProcess(kubeconfig, tmp_path / f"operator-{len(started)}.log", "--kube-qps", str(QPS),
                             "--kube-burst", str(BURST), "--status-interval", "30s").start()
         started.append(operator)
         return operator
@@ -87,7 +92,7 @@ def operators(kubeconfig: Path, tmp_path: Path) -> Iterator[Callable[..., Operat
             operator.stop(signal.SIGKILL)
 
 
-def gauge(operator: Operator, name: str) -> float | None:
+def gauge(operator: OperatorProcess, name: str) -> float | None:
     match = re.search(rf"^{name} (\S+)$", operator.metrics(), re.MULTILINE)
     return float(match.group(1)) if match else None
 
@@ -107,7 +112,7 @@ def written(fake: FakeKube) -> int:
 
 
 def test_every_first_tick_within_the_spread_from_the_watch_with_statuses_at_the_client_limit(
-    many_rules: FakeKube, operators: Callable[..., Operator],
+    many_rules: FakeKube, operators: Callable[..., OperatorProcess],
 ) -> None:
     """300 rules with no status yet: every rule ticks within its first interval (the spread: min(interval,
     MAX_SPREAD)), none reads its Deployment's /scale (the first ticks wait for the Deployments' first list, as
@@ -141,7 +146,7 @@ def test_every_first_tick_within_the_spread_from_the_watch_with_statuses_at_the_
 
 
 def test_a_restarted_operator_does_not_rewrite_true_statuses(
-    many_rules: FakeKube, operators: Callable[..., Operator],
+    many_rules: FakeKube, operators: Callable[..., OperatorProcess],
 ) -> None:
     """A new operator (a restart, or a new leader) whose rules carry the statuses the last one wrote, still true:
     its first ticks see what the statuses say and write nothing (their last write is taken from lastPollTime,
@@ -160,3 +165,43 @@ def test_a_restarted_operator_does_not_rewrite_true_statuses(
     first_ticks = gauge(second, "queuescale_first_ticks_seconds")
     assert first_ticks is not None and first_ticks <= min(INTERVAL, MAX_SPREAD) + 5.0, first_ticks
     assert httpx.get(f"http://127.0.0.1:{second.health_port}/readyz", timeout=5).status_code == 200
+
+
+# ---------------------------------------------------------------------------------------------- one bad object
+
+
+async def test_one_object_that_fails_unexpectedly_does_not_hold_up_the_scope_relist(
+    fake_kube: FakeKube, kubeconfig: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A relist hands every rule of the scope to Operator.sync at once. An object whose handling raises something
+    unexpected (here annotations that are not a map, which no real API server would serve: a stand-in for any
+    bug) is logged with its key and counted; the rules after it are still handled, and it is not deleted."""
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    http = polling_client(timeout=5.0)
+    # Not leading (leader election on, no elector): sync only, no ticks; a scope of its own, so not "ready".
+    operator = Operator(api, http, OperatorOptions(leader_elect=True, namespaces=("elsewhere",)))
+    try:
+        rules = [_rule(i, "http://127.0.0.1:9") for i in range(3)]
+        for i, rule in enumerate(rules):
+            rule["metadata"].update(uid=f"uid-{i}", generation=1)
+        await operator.sync(NS, rules)
+        assert sorted(operator.rules) == [f"{NS}/r0", f"{NS}/r1", f"{NS}/r2"]
+
+        broken = copy.deepcopy(rules[1])
+        broken["metadata"].update(generation=2, annotations="not a map")
+        changed = copy.deepcopy(rules[2])
+        changed["metadata"]["generation"] = 2
+        changed["spec"]["maxReplicas"] = 7
+        with caplog.at_level(logging.ERROR, logger="controller.operator"):
+            await operator.sync(NS, [rules[0], broken, changed])
+        assert sorted(operator.rules) == [f"{NS}/r0", f"{NS}/r1", f"{NS}/r2"]  # r1 not deleted
+        state = operator.rules[f"{NS}/r2"]
+        assert state.rule is not None and state.rule.spec.max_replicas == 7  # handled after the broken one
+        assert NS in operator.synced_scopes
+        assert [r.getMessage() for r in caplog.records] == [
+            f"rule {NS}/r1: handling it in the list failed; going on with the others"]
+        assert operator.metrics.registry.get_sample_value("queuescale_sync_errors_total") == 1
+    finally:
+        await operator.shutdown()
+        await http.aclose()
+        await api.close()
