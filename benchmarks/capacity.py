@@ -241,6 +241,8 @@ class Figures:
     failover_first_ticks_s: float = float("nan")
     failover_api: tuple[float, float] = (float("nan"), float("nan"))  # peak, mean over the first 20 s
     failover_status_writes: float = float("nan")  # status PATCHes the new operator made in those 20 s
+    startup_kinds: dict[str, float] | None = None  # the operator's requests by kind from its start to all Ready
+    failover_kinds: dict[str, float] | None = None  # ...and the new operator's in its first 20 s
 
 
 class Run:
@@ -320,6 +322,7 @@ class Run:
             print(f"N={self.rules}: not every rule Ready after {self.ready_timeout:g}s; measuring anyway",
                   file=sys.stderr, flush=True)
         startup_api = requests.rates()
+        startup_kinds = requests.kinds()
         first_ticks = _first_ticks(scrape(), started_at)
         time.sleep(warmup)
 
@@ -364,7 +367,8 @@ class Run:
                                    - before.get(f'queuescale_gc_pause_seconds_total{{generation="{generation}"}}', 0))
                                   / elapsed, 3) for generation in "012"},
             first_ticks_s=first_ticks, startup_api=startup_api, failover_first_ticks_s=failover[0],
-            failover_api=failover[1], failover_status_writes=failover[2],
+            failover_api=failover[1], failover_status_writes=failover[2], startup_kinds=startup_kinds,
+            failover_kinds=failover[3],
         )
 
     def _operator(self, kubeconfig: Path, metrics_port: int, health_port: int) -> subprocess.Popen[bytes]:
@@ -375,7 +379,7 @@ class Run:
         ], "operator.log")
 
     def _failover(self, kubeconfig: Path, operator: subprocess.Popen[bytes], client: httpx.Client,
-                  server: str) -> tuple[float, tuple[float, float], float]:
+                  server: str) -> tuple[float, tuple[float, float], float, dict[str, float]]:
         """Stop the operator and start another on the same API server, as a new leader would take over (less the
         lease's expiry, which a graceful stop does not wait for): the time until every rule has ticked once, and
         the API requests a second over its first 20 s."""
@@ -404,7 +408,7 @@ class Run:
             time.sleep(1.0 - (time.monotonic() - started) % 1.0)
         writes = _status_writes(client, server) - writes0
         del successor  # stopped with the others
-        return first_ticks, requests.rates(), writes
+        return first_ticks, requests.rates(), writes, requests.kinds()
 
 
 def _below(le: float, delta: list[tuple[float, float]]) -> float:
@@ -435,15 +439,25 @@ class _RequestRate:
         self.client = client
         self.server = server
         self.points: list[tuple[float, float]] = []
+        self.first: dict[str, float] | None = None
+        self.last: dict[str, float] = {}
 
     def sample(self) -> bool:
         """Read the count if a second has passed since the last reading; always True."""
         now = time.monotonic()
         if self.points and now - self.points[-1][0] < 0.95:
             return True
-        total = sum(self.client.get(f"{self.server}/_fake/stats").json()["operator"].values())
-        self.points.append((now, float(total)))
+        counts = self.client.get(f"{self.server}/_fake/stats").json()["operator"]
+        if self.first is None:
+            self.first = dict(counts)
+        self.last = counts
+        self.points.append((now, float(sum(counts.values()))))
         return True
+
+    def kinds(self) -> dict[str, float]:
+        """Requests by method and resource between the first reading and the last."""
+        first = self.first or {}
+        return {k: v - first.get(k, 0) for k, v in sorted(self.last.items()) if v > first.get(k, 0)}
 
     def rates(self) -> tuple[float, float]:
         """(the busiest second's rate, the mean rate) over the readings."""
@@ -536,6 +550,10 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(results))
     for r in results:
         print(f"N={r.rules} operator API requests/s: " + ", ".join(f"{k} {v:g}" for k, v in r.api_kinds.items()))
+        print(f"N={r.rules} operator API requests from its start until every rule was Ready: "
+              + ", ".join(f"{k} {v:g}" for k, v in (r.startup_kinds or {}).items()))
+        print(f"N={r.rules} the new operator's API requests in its first 20 s after the failover: "
+              + ", ".join(f"{k} {v:g}" for k, v in (r.failover_kinds or {}).items()))
         print(f"N={r.rules} operator cores in the garbage collector by generation: "
               + ", ".join(f"{k}: {v:g}" for k, v in r.gc.items()))
     return 0
