@@ -27,6 +27,7 @@ import yaml
 
 from benchmarks.capacity import DEV_KEY, _deployment, _rule
 from controller.kube.api import KubeApi, load_configuration
+from controller.kube.status import parse_rfc3339
 from controller.operator import MAX_SPREAD, Operator, OperatorOptions
 from controller.sources.transport import polling_client
 from tests.fakekube.server import FakeKube
@@ -201,6 +202,32 @@ async def test_one_object_that_fails_unexpectedly_does_not_hold_up_the_scope_rel
         assert [r.getMessage() for r in caplog.records] == [
             f"rule {NS}/r1: handling it in the list failed; going on with the others"]
         assert operator.metrics.registry.get_sample_value("queuescale_sync_errors_total") == 1
+    finally:
+        await operator.shutdown()
+        await http.aclose()
+        await api.close()
+
+
+async def test_a_standby_keeps_the_leaders_latest_status_as_its_last_write(fake_kube: FakeKube,
+                                                                           kubeconfig: Path) -> None:
+    """A standby (leader election, not leading) sees the leader's status writes as MODIFIED events of an unchanged
+    rule. It keeps the latest as its own last write, as of its lastPollTime, so when it takes over it neither
+    rewrites a true status nor starts from the memory (cooldowns) it listed when it started."""
+    api = KubeApi(await load_configuration(str(kubeconfig)))
+    http = polling_client(timeout=5.0)
+    operator = Operator(api, http, OperatorOptions(leader_elect=True, namespaces=("elsewhere",)))
+    try:
+        rule = _rule(0, "http://127.0.0.1:9")
+        rule["metadata"].update(uid="uid-0", generation=1)
+        await operator.sync(NS, [rule])
+        state = operator.rules[f"{NS}/r0"]
+        assert state.last_status is None and state.last_write == 0.0
+        written = copy.deepcopy(rule)
+        written["status"] = {"lastPollTime": "2026-11-24T09:00:00Z", "memory": {"scaleEvents": [[1.0, 1, 3]]}}
+        await operator.upsert(written)
+        assert state.last_status == written["status"]
+        assert state.last_write == parse_rfc3339("2026-11-24T09:00:00Z")
+        assert operator._stored_memory(state).scale_events[0].to_replicas == 3
     finally:
         await operator.shutdown()
         await http.aclose()
