@@ -286,11 +286,12 @@ class Run:
         _wait("the fake API server", kubeconfig.exists, 600)
         server = _server_of(kubeconfig)
         from tests.azurite import free_port
+        from tests.fakekube.tls import client_context_from_kubeconfig
 
         metrics_port, health_port = free_port(), free_port()
         started, started_at = time.monotonic(), time.time()
         operator = self._operator(kubeconfig, metrics_port, health_port)
-        client = httpx.Client(timeout=30)
+        client = httpx.Client(timeout=30, verify=client_context_from_kubeconfig(kubeconfig))  # the fake is HTTPS
         requests = _RequestRate(client, server)
 
         def scrape() -> dict[str, float]:

@@ -61,9 +61,10 @@ def keda_object(scenario: Scenario, queue_length: float) -> ScaledObject:
         "spec": {
             "scaleTargetRef": {"name": "worker"},
             "maxReplicaCount": scenario.workers.max_replicas,
-            "triggers": [{"type": "azure-queue", "metadata": {"queueName": "simulated",
-                                                              "queueLength": str(queue_length)},
-                          "authenticationRef": {"name": "simulated"}}],
+            # One trigger per queue of the scenario (its only queue is read whatever the trigger names).
+            "triggers": [{"type": "azure-queue", "metadata": {"queueName": name, "queueLength": str(queue_length)},
+                          "authenticationRef": {"name": "simulated"}}
+                         for name in [q.name for q in scenario.queues] or ["simulated"]],
         },
     })
 

@@ -1,17 +1,19 @@
 """How fast the simulator runs: simulated seconds per wall second.
 
-    .venv/bin/python benchmarks/simulate_speed.py [--sweep N]
+    .venv/bin/python benchmarks/simulate_speed.py [--sweep N] [--jobs N]
 
 1. One queue over a 7-day scenario at 1-second resolution (diurnal web traffic with bursts, ~12 M messages),
    with a static policy (the world model alone), the KEDA+HPA baseline, and our rule (the real Reconciler and
    policy.decide every 10 s).
-2. A sweep of N rules (targetPerReplica 1..N) over the flash-crowd scenario, against the same run of the world
-   with a static policy: the ratio says what a policy costs on top of the world.
+2. A sweep of N rules (targetPerReplica 1..N) over the flash-crowd scenario, in one process and in --jobs
+   processes (default: one per CPU), against the same run of the world with a static policy measured in the same
+   run: the ratio says what a policy costs on top of the world, whatever the machine's load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -73,6 +75,8 @@ def line(name: str, simulated: float, seconds: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sweep", type=int, default=100, help="rules in the sweep (default 100)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="processes for the parallel sweep (default: one per CPU)")
     args = parser.parse_args()
 
     week = parse_scenario(WEEK)
@@ -97,13 +101,17 @@ def main() -> None:
 
     crowd = library()["flash-crowd"]
     baseline = timed(crowd, static(20))
-    started = time.perf_counter()
-    simulate(crowd, [rule_contender(crowd, float(target)) for target in range(1, args.sweep + 1)])
-    sweep = time.perf_counter() - started
-    print(f"\n{args.sweep}-rule sweep over flash-crowd ({crowd.duration / 3600:g} h each, one process):")
+    rules = [rule_contender(crowd, float(target)) for target in range(1, args.sweep + 1)]
+    print(f"\n{args.sweep}-rule sweep over flash-crowd ({crowd.duration / 3600:g} h each):")
     line("baseline: world + static policy", crowd.duration, baseline)
-    line(f"sweep of {args.sweep} rules", crowd.duration * args.sweep, sweep)
-    print(f"  => {sweep / args.sweep:.3f} s per rule, {sweep / (baseline * args.sweep):.2f}x the static baseline")
+    for jobs in sorted({1, args.jobs}):
+        started = time.perf_counter()
+        simulate(crowd, rules, jobs=jobs)
+        sweep = time.perf_counter() - started
+        line(f"sweep of {args.sweep} rules, {jobs} process{'es' if jobs > 1 else ''}", crowd.duration * args.sweep,
+             sweep)
+        print(f"  => {sweep / args.sweep:.3f} s per rule, {sweep / (baseline * args.sweep):.2f}x the static "
+              f"baseline")
 
 
 if __name__ == "__main__":

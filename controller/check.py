@@ -10,7 +10,10 @@ with the Secret's name and key uppercased and every character other than A-Z and
 A manifest wins over the environment when both give the same key.
 
 Output: per rule, each source's count or error, the aggregated count, and the decision for `--current-replicas`.
-With `--json`, one JSON object per rule, one per line (JSON Lines): a file with one rule prints one object.
+With `-o json` (or `--json`), one JSON object per rule, one per line (JSON Lines): a file with one rule prints one
+object; `-o yaml` the same objects as YAML documents; `-o name` one `queuescaler.queuescale.io/NAME` per rule;
+`-o wide` the table with each rule's replica bounds and polling interval. Results go to stdout, errors that keep a
+rule from being checked (an invalid rule file, an unreadable secrets file) to stderr.
 Exit status: 0 when every source answered, 1 otherwise (or when the rule file is not valid).
 """
 
@@ -24,7 +27,6 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TextIO
 
 import httpx
@@ -32,10 +34,11 @@ import yaml
 
 import controller.sources  # noqa: F401  (registers the queue kinds with the spec parser and source registry)
 from controller.policy import Decision, Observation, ScalingMemory, SourceReading, decide
-from controller.rulefiles import load_files
+from controller.rulefiles import load_files, read_input, shown_path
 from controller.sources.base import SecretUnavailable, Source, SourceContext, build_source
 from controller.sources.transport import polling_client
-from controller.spec import QueueScaler
+from controller.spec import API_GROUP, KIND, QueueScaler
+from controller.textfmt import duration, plural
 
 ENV_PREFIX = "QUEUESCALE_SECRET_"
 REQUEST_TIMEOUT = 10.0
@@ -125,9 +128,10 @@ class NamespaceSecrets:
 
 
 def load_secrets(path: str) -> list[tuple[str, Mapping[str, object]]]:
-    """The documents of a secrets file; raises CheckInputError for a file that is not YAML objects."""
+    """The documents of a secrets file (`-`: standard input); raises CheckInputError for a file that is not YAML
+    objects."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_input(path)
     except OSError as exc:
         raise CheckInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
@@ -184,8 +188,12 @@ class RuleCheck:
             },
         }
 
-    def lines(self) -> list[str]:
+    def lines(self, wide: bool = False) -> list[str]:
         out = [f"{self.rule.key}:"]
+        if wide:
+            rule_spec = self.rule.spec
+            out.append(f"  replicas: {rule_spec.min_replicas} to {rule_spec.max_replicas}, polled every "
+                       f"{duration(rule_spec.polling_interval)}")
         for spec, reading in zip(self.rule.spec.sources, self.readings, strict=True):
             what = f"  {spec.type} {spec.queue_label}: "
             if reading.error is not None:
@@ -196,7 +204,8 @@ class RuleCheck:
         out.append(f"  count: {'unknown' if count is None else count}")
         decision = self.decision
         out.append(
-            f"  decision: {decision.current} -> {decision.desired} replicas ({decision.reason}): {decision.message}"
+            f"  decision: {decision.current} -> {plural(decision.desired, 'replica')} ({decision.reason}): "
+            f"{decision.message}"
         )
         return out
 
@@ -212,7 +221,8 @@ async def _poll(source: Source, budget: float) -> SourceReading:
         async with asyncio.timeout(budget):
             return await source.poll(budget)
     except TimeoutError:
-        return SourceReading.failed("Timeout", f"no answer from queue '{source.spec.queue_label}' within {budget:g}s")
+        return SourceReading.failed("Timeout",
+                                    f"no answer from queue '{source.spec.queue_label}' within {duration(budget)}")
     except Exception as exc:  # a source bug must not become a traceback; its text may hold a secret
         return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
 
@@ -241,20 +251,20 @@ def run(
     *,
     secrets_file: str | None,
     current_replicas: int,
-    as_json: bool,
+    output: str,
     environ: Mapping[str, str],
     out: TextIO,
     err: TextIO,
 ) -> int:
-    """The whole command; returns the exit status."""
+    """The whole command; returns the exit status. `output`: table, wide, json, yaml or name."""
     loaded = load_files([rule_file])
     if not loaded.ok:
         for line in loaded.error_lines():
-            print(line, file=out)
+            print(line, file=err)
         return 1
     rules = [r.rule for r in loaded.rules if r.rule is not None]
     if not rules:
-        print(f"{rule_file}: no QueueScaler in this file", file=out)
+        print(f"{shown_path(rule_file)}: no QueueScaler in this file", file=err)
         return 1
     store = SecretStore(environ=environ)
     try:
@@ -262,16 +272,20 @@ def run(
         if secrets_file is not None:
             store.add_manifests(load_secrets(secrets_file))
     except CheckInputError as exc:
-        print(str(exc), file=out)
+        print(str(exc), file=err)
         return 1
     results = asyncio.run(check_rules(rules, store, current_replicas))
-    for result in results:
-        if as_json:
+    for index, result in enumerate(results):
+        if output == "json":
             print(json.dumps(result.to_json()), file=out)
+        elif output == "yaml":
+            print(("---\n" if index else "") + yaml.safe_dump(result.to_json(), sort_keys=False), end="", file=out)
+        elif output == "name":
+            print(f"{KIND.lower()}.{API_GROUP}/{result.rule.name}", file=out)
         else:
-            print("\n".join(result.lines()), file=out)
+            print("\n".join(result.lines(wide=output == "wide")), file=out)
     failed = sum(1 for r in results if not r.answered)
     if failed:
-        print(f"{failed} of {len(results)} rules had a source that did not answer", file=err)
+        print(f"{failed} of {plural(len(results), 'rule')} had a source that did not answer", file=err)
         return 1
     return 0

@@ -9,23 +9,58 @@ from collections.abc import Sequence
 
 from controller import __version__
 
+# The output formats of `-o`, as kubectl names them: `json` and `yaml` for programs, `name` for one
+# `kind.group/name` per line to pipe on, `wide` for the table with more columns.
+OUTPUTS = ("json", "yaml", "wide", "name")
+
+
+def _add_output(parser: argparse.ArgumentParser, choices: Sequence[str], default: str, *, json_alias: bool) -> None:
+    parser.add_argument("-o", "--output", choices=choices, metavar="FORMAT",
+                        help=f"one of {'|'.join(choices)} (default: {default})")
+    if json_alias:
+        parser.add_argument("--json", dest="output", action="store_const", const="json",
+                            help="the same as -o json (kept for scripts written before -o)")
+
 
 def _validate(args: argparse.Namespace) -> int:
+    import json
+
+    import yaml
+
     import controller.sources  # noqa: F401  (registers the queue kinds with the spec parser)
     from controller.rulefiles import load_files
+    from controller.spec import API_GROUP, KIND
+    from controller.textfmt import plural
 
     result = load_files(args.files)
     lines = list(result.error_lines())
-    for line in lines:
-        print(line)
+    if args.output == "json":
+        print(json.dumps(result.to_json(), indent=2))
+    elif args.output == "yaml":
+        print(yaml.safe_dump(result.to_json(), sort_keys=False), end="")
+    elif args.output == "name":
+        for loaded in result.rules:
+            if loaded.rule is not None:
+                print(f"{KIND.lower()}.{API_GROUP}/{loaded.name}")
+        for line in lines:  # the names are the result; what kept a rule out is an error
+            print(line, file=sys.stderr)
+    else:
+        for line in lines:
+            print(line)
+        if args.output == "wide":
+            for loaded in result.rules:
+                if loaded.rule is not None:
+                    spec = loaded.rule.spec
+                    print(f"{loaded.file}: {loaded.name}: valid ({plural(len(spec.sources), 'source')}, "
+                          f"{spec.min_replicas} to {spec.max_replicas} replicas)")
     for note in result.notes:
         print(f"{note.file}: {note.message}", file=sys.stderr)
     valid = sum(1 for r in result.rules if r.rule is not None)
-    total = len(result.rules)
+    total = plural(len(result.rules), "rule")
     if result.ok:
-        print(f"{valid} of {total} rules valid", file=sys.stderr)
+        print(f"{valid} of {total} valid", file=sys.stderr)
         return 0
-    print(f"{len(lines)} errors; {valid} of {total} rules valid", file=sys.stderr)
+    print(f"{plural(len(lines), 'error')}; {valid} of {total} valid", file=sys.stderr)
     return 1
 
 
@@ -34,8 +69,8 @@ def _check(args: argparse.Namespace) -> int:
 
     from controller.check import run
 
-    return run(args.rule, secrets_file=args.secrets, current_replicas=args.current_replicas, as_json=args.json,
-               environ=os.environ, out=sys.stdout, err=sys.stderr)
+    return run(args.rule, secrets_file=args.secrets, current_replicas=args.current_replicas,
+               output=args.output or "table", environ=os.environ, out=sys.stdout, err=sys.stderr)
 
 
 def _replicas(text: str) -> int:
@@ -48,6 +83,18 @@ def _positive_int(text: str) -> int:
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}")
     return int(text)
+
+
+def _positive_float(text: str) -> float:
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text!r}")
+    return value
 
 
 def _duration(text: str) -> float:
@@ -98,7 +145,8 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     import os
 
     run = commands.add_parser(
-        "run", help="run the operator", description="Watch QueueScalers and scale their targets.",
+        "run", formatter_class=_HelpFormatter, epilog=_epilog("run"),
+        help="run the operator", description="Watch QueueScalers and scale their targets.",
     )
     run.add_argument("--kubeconfig", metavar="FILE",
                      help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
@@ -168,8 +216,8 @@ def _simulate(args: argparse.Namespace) -> int:
 
     return run(SimulateRequest(
         scenario=args.scenario, policies=args.policy, keda=args.keda, static=args.static,
-        aws_target=args.aws_target, seed=args.seed, json=args.json, timeline=args.timeline, report=args.report,
-        list=args.list,
+        aws_target=args.aws_target, seed=args.seed, output=args.output or "table", timeline=args.timeline,
+        report=args.report, list=args.list, quiet=args.quiet, jobs=args.jobs,
     ))
 
 
@@ -191,7 +239,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _convert_keda(args: argparse.Namespace) -> int:
     from controller.convert_keda import run
 
-    return run(args.scaledobject, args.out, sys.stdout, sys.stderr)
+    return run(args.scaledobject, args.out, sys.stdout, sys.stderr, output=args.output or "yaml")
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -204,40 +252,42 @@ def _record(args: argparse.Namespace) -> int:
         rule_file=args.rule, duration=args.duration, out=Path(args.out), secrets_file=args.secrets,
         counts_out=Path(args.counts) if args.counts else None,
         scenario_out=Path(args.scenario) if args.scenario else None,
-        completion_rate=args.completion_rate, interval=args.interval, rule_name=args.rule_name,
+        completion_rate=args.completion_rate, interval=args.interval, rule_name=args.rule_name, quiet=args.quiet,
     ), environ=os.environ, out=sys.stdout, err=sys.stderr)
 
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from controller.demo.options import DemoOptions
+    from controller.textfmt import duration
 
     d = DemoOptions()
     demo = commands.add_parser(
-        "demo", help="a live local demo: Azurite, real workers, the real reconciler",
+        "demo", formatter_class=_HelpFormatter, epilog=_epilog("demo"),
+        help="a live local demo: Azurite, real workers, the real reconciler",
         description="Start Azurite on 127.0.0.1, send bursts to a queue and watch the operator's reconciler scale "
         "real worker processes; ends by itself, stops everything it started, writes a report.",
     )
     demo.add_argument("--burst", type=int, default=d.burst, metavar="N", help=f"messages (default {d.burst})")
     demo.add_argument("--burst-at", type=_duration, default=d.burst_at, metavar="T",
-                      help=f"when, after the rule starts (default {d.burst_at:g}s)")
+                      help=f"when, after the rule starts (default {duration(d.burst_at)})")
     demo.add_argument("--second-burst", type=int, default=d.second_burst, metavar="N",
                       help=f"messages of a second burst, 0 for none (default {d.second_burst})")
     demo.add_argument("--second-burst-at", type=_duration, default=d.second_burst_at, metavar="T",
-                      help=f"when, after the rule starts (default {d.second_burst_at:g}s)")
+                      help=f"when, after the rule starts (default {duration(d.second_burst_at)})")
     demo.add_argument("--work-time", type=_duration, default=d.work_time, metavar="T",
-                      help=f"work per message (default {d.work_time:g}s)")
+                      help=f"work per message (default {duration(d.work_time)})")
     demo.add_argument("--polling-interval", type=_duration, default=d.polling_interval, metavar="T",
-                      help=f"the rule's pollingInterval (default {d.polling_interval:g}s)")
+                      help=f"the rule's pollingInterval (default {duration(d.polling_interval)})")
     demo.add_argument("--max-workers", type=int, default=d.max_workers, metavar="N",
                       help=f"the rule's maxReplicas, 1 to 64 (default {d.max_workers})")
     demo.add_argument("--target-per-replica", type=float, default=d.target_per_replica, metavar="N",
                       help=f"messages per worker (default {d.target_per_replica:g})")
     demo.add_argument("--scale-down-delay", type=_duration, default=d.scale_down_delay, metavar="T",
-                      help=f"the rule's scaleDown.delay (default {d.scale_down_delay:g}s)")
+                      help=f"the rule's scaleDown.delay (default {duration(d.scale_down_delay)})")
     demo.add_argument("--scale-to-zero-delay", type=_duration, default=d.scale_to_zero_delay, metavar="T",
-                      help=f"the rule's scaleToZeroDelay (default {d.scale_to_zero_delay:g}s)")
+                      help=f"the rule's scaleToZeroDelay (default {duration(d.scale_to_zero_delay)})")
     demo.add_argument("--max-duration", type=_duration, default=d.max_duration, metavar="T",
-                      help=f"stop anyway after this (exit 1; default {d.max_duration:g}s)")
+                      help=f"stop anyway after this (exit 1; default {duration(d.max_duration)})")
     demo.add_argument("--out", default=str(d.out_dir), metavar="DIR",
                       help=f"report, timeline, summary and worker logs (default {d.out_dir}/)")
     demo.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,
@@ -245,39 +295,90 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     demo.set_defaults(handler=_demo)
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's own layout, but an Examples section keeps its lines as written (one command a line)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("Examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+EXAMPLES = {
+    "queuescale": """\
+  queuescale validate examples/orders-worker.yaml
+  queuescale simulate --scenario flash-crowd --static 4 --report flash.html
+  queuescale COMMAND --help""",
+    "validate": """\
+  queuescale validate examples/orders-worker.yaml
+  queuescale validate -o json examples/*.yaml
+  kubectl get queuescalers -A -o yaml | queuescale validate -""",
+    "check": """\
+  queuescale check examples/orders-worker.yaml --secrets examples/orders-worker-secret.yaml
+  queuescale check examples/orders-worker.yaml --current-replicas 3 -o json
+  QUEUESCALE_SECRET_ORDERS_QUEUE_CONNECTION_STRING="$CONN" queuescale check examples/orders-worker.yaml""",
+    "simulate": """\
+  queuescale simulate --list
+  queuescale simulate --scenario flash-crowd --static 4 --report flash.html
+  queuescale simulate --scenario flash-crowd --policy examples/latency-first.yaml -o json""",
+    "run": """\
+  queuescale run --kubeconfig ~/.kube/config --namespace shop
+  queuescale run --leader-elect --log-format json""",
+    "demo": """\
+  queuescale demo
+  queuescale demo --burst 200 --max-workers 16 --out /tmp/demo --no-live""",
+    "convert-keda": """\
+  queuescale convert-keda examples/keda/orders-scaledobject.yaml --out orders-queuescaler.yaml
+  kubectl get scaledobject orders -o yaml | queuescale convert-keda - | queuescale validate -""",
+    "record": """\
+  queuescale record examples/orders-worker.yaml --secrets examples/orders-worker-secret.yaml --duration 1h --out t.csv
+  queuescale record examples/orders-worker.yaml --duration 30m --out trace.csv --scenario replay.yaml""",
+}
+
+
+def _epilog(command: str) -> str:
+    return "Examples:\n" + EXAMPLES[command]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queuescale",
         description="Scale queue workers from the length of their queues.",
+        formatter_class=_HelpFormatter, epilog=_epilog("queuescale"),
     )
     parser.add_argument("--version", action="version", version=f"queuescale {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     validate = commands.add_parser(
-        "validate", help="check QueueScaler YAML files", description="Check QueueScaler YAML files; "
+        "validate", formatter_class=_HelpFormatter, epilog=_epilog("validate"),
+        help="check QueueScaler YAML files",
+        description="Check QueueScaler YAML files; "
         "print every error as FILE: NAME: field.path: message; exit 1 on any error.",
     )
-    validate.add_argument("files", nargs="+", metavar="FILE", help="YAML files of QueueScaler rules")
+    validate.add_argument("files", nargs="+", metavar="FILE",
+                          help="YAML files of QueueScaler rules (a List's items too); - reads standard input")
+    _add_output(validate, OUTPUTS, "one line per error", json_alias=False)
     validate.set_defaults(handler=_validate)
 
     check = commands.add_parser(
-        "check", help="poll a rule's queues once and show the decision",
+        "check", formatter_class=_HelpFormatter, epilog=_epilog("check"),
+        help="poll a rule's queues once and show the decision",
         description="Poll every source of every rule in RULE once (no cluster needed), print the counts or errors "
         "and what the policy would decide; exit 1 if any source did not answer. Secrets come from Secret "
         "manifests (--secrets, or in RULE) or from env QUEUESCALE_SECRET_<NAME>_<KEY>.",
     )
-    check.add_argument("rule", metavar="RULE", help="a YAML file of QueueScaler rules")
+    check.add_argument("rule", metavar="RULE", help="a YAML file of QueueScaler rules; - reads standard input")
     check.add_argument("--secrets", metavar="SECRETS",
                        help="a YAML file of Kubernetes Secret manifests (default: those in RULE, then env "
                        "QUEUESCALE_SECRET_<NAME>_<KEY>)")
     check.add_argument("--current-replicas", type=_replicas, default=0, metavar="N",
                        help="the replica count to decide from (default 0)")
-    check.add_argument("--json", action="store_true",
-                       help="one JSON object per rule, one per line (default: a table for people)")
+    _add_output(check, OUTPUTS, "a table for people; json is one object per rule, one per line", json_alias=True)
     check.set_defaults(handler=_check)
 
     simulate = commands.add_parser(
-        "simulate", help="replay a queue workload against policies offline",
+        "simulate", formatter_class=_HelpFormatter, epilog=_epilog("simulate"),
+        help="replay a queue workload against policies offline",
         description="Run a scenario (built-in name or YAML file) against QueueScaler rules and baselines "
         "(KEDA ScaledObject, static, AWS-style target tracking) on a virtual clock; compare cost and latency.",
     )
@@ -287,13 +388,18 @@ def build_parser() -> argparse.ArgumentParser:
                           help="QueueScaler rule file (repeatable; default: a rule sized from the scenario)")
     simulate.add_argument("--keda", action="append", default=[], metavar="SCALEDOBJECT.yaml",
                           help="a KEDA ScaledObject with azure-queue triggers to emulate (repeatable; default: none)")
-    simulate.add_argument("--static", action="append", default=[], type=int, metavar="N",
+    simulate.add_argument("--static", action="append", default=[], type=_replicas, metavar="N",
                           help="a fixed replica count (repeatable; default: none)")
-    simulate.add_argument("--aws-target", action="append", default=[], type=float, metavar="N",
+    simulate.add_argument("--aws-target", action="append", default=[], type=_positive_float, metavar="N",
                           help="AWS-style target tracking on backlog per instance (repeatable; default: none)")
-    simulate.add_argument("--seed", type=int, help="override the scenario's seed (default: the scenario's)")
-    simulate.add_argument("--json", action="store_true",
-                          help="print metrics as JSON keyed by policy (default: a table for people)")
+    simulate.add_argument("--seed", type=_replicas, metavar="N",
+                          help="override the scenario's seed (default: the scenario's)")
+    simulate.add_argument("--jobs", type=_positive_int, metavar="N",
+                          help="run the policies in N processes (default: one per CPU)")
+    _add_output(simulate, OUTPUTS, "a table for people; json and yaml are the metrics keyed by policy",
+                json_alias=True)
+    simulate.add_argument("-q", "--quiet", action="store_true",
+                          help="no progress bar (default: one on a terminal, none when stderr is not one)")
     simulate.add_argument("--timeline", metavar="FILE.csv", help="write the timeline as CSV (default: not written)")
     simulate.add_argument("--report", metavar="FILE.html",
                           help="write a self-contained HTML report (default: not written)")
@@ -302,23 +408,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run(commands)
     _add_demo(commands)
     convert = commands.add_parser(
-        "convert-keda", help="turn KEDA ScaledObjects into QueueScalers",
+        "convert-keda", formatter_class=_HelpFormatter, epilog=_epilog("convert-keda"),
+        help="turn KEDA ScaledObjects into QueueScalers",
         description="Print the QueueScaler equivalent to each ScaledObject in the file (azure-queue, rabbitmq, "
         "redis, postgresql and aws-sqs-queue triggers); TriggerAuthentications and Deployments in the same file are "
         "used to find the Secrets. Whatever cannot be carried over is a warning on stderr, one line each; an object "
         "that cannot be converted is an error (the others still are) and the exit code is 1.",
     )
     convert.add_argument("scaledobject", metavar="SCALEDOBJECT.yaml",
-                         help="KEDA ScaledObjects, with the TriggerAuthentications and Deployments they name")
+                         help="KEDA ScaledObjects, with the TriggerAuthentications and Deployments they name; "
+                         "- reads standard input")
+    _add_output(convert, ("yaml", "json", "name"), "yaml", json_alias=False)
     convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here (default: standard output)")
     convert.set_defaults(handler=_convert_keda)
     record = commands.add_parser(
-        "record", help="record a rule's queue traffic as a simulator trace",
+        "record", formatter_class=_HelpFormatter, epilog=_epilog("record"),
+        help="record a rule's queue traffic as a simulator trace",
         description="Poll a rule's queues every polling interval for DURATION and write the estimated arrivals per "
         "interval as a trace (t,arrivals) that `queuescale simulate --scenario` can replay. Without "
         "--completion-rate the arrivals are the count's growth (a lower bound); see docs/workflow.md.",
     )
-    record.add_argument("rule", metavar="RULE.yaml", help="a YAML file with the QueueScaler to record")
+    record.add_argument("rule", metavar="RULE.yaml",
+                        help="a YAML file with the QueueScaler to record; - reads standard input")
     record.add_argument("--duration", type=_duration, required=True, metavar="T",
                         help='how long to record, e.g. "1h", "30m" (required)')
     record.add_argument("--out", required=True, metavar="TRACE.csv", help="the trace to write (required)")
@@ -335,6 +446,9 @@ def build_parser() -> argparse.ArgumentParser:
     record.add_argument("--interval", type=_duration, metavar="T", help="poll this often (default: the rule's)")
     record.add_argument("--rule", dest="rule_name", metavar="NAME",
                         help="the rule to record, if the file has several (default: the file's only rule)")
+    record.add_argument("-q", "--quiet", action="store_true",
+                        help="only the closing summary: no progress bar, no line per poll (default: a bar on a "
+                        "terminal, a line per poll otherwise)")
     record.set_defaults(handler=_record)
     return parser
 
@@ -361,7 +475,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _dispatch(argv: Sequence[str] | None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # As `parse_args` would, but with the command's own usage: argparse leaves a flag no subcommand knows to
+        # the top parser, whose usage does not show the command's options.
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code: int = args.handler(args)
     except KeyboardInterrupt:

@@ -22,6 +22,7 @@ targetPerReplica / its queueLength, which is exactly the HPA's "largest recommen
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -33,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 import yaml
 
 import controller.sources  # noqa: F401  (registers azure-queue, so the output can be validated)
+from controller.rulefiles import read_input
 from controller.simulator.keda import DEFAULT_DOWN, DEFAULT_UP, HPA_SYNC, HpaDirection, HpaPolicy
 from controller.spec import (
     DEFAULT_SCALE_DOWN,
@@ -79,6 +81,17 @@ class Conversion:
                          + yaml.safe_dump(doc, sort_keys=False))
         return "---\n".join(parts)
 
+    def render(self, output: str) -> str:
+        """`yaml` (with a comment naming each source), `json` (one object, or a v1 List of several, as `kubectl
+        get -o json` prints) or `name` (`queuescaler.queuescale.io/NAME` a line)."""
+        if output == "json":
+            if len(self.documents) == 1:
+                return json.dumps(self.documents[0], indent=2) + "\n"
+            return json.dumps({"apiVersion": "v1", "kind": "List", "items": self.documents}, indent=2) + "\n"
+        if output == "name":
+            return "".join(f"queuescaler.queuescale.io/{d['metadata']['name']}\n" for d in self.documents)
+        return self.to_yaml()
+
 
 # --------------------------------------------------------------------------------------------------------------
 # Reading the file
@@ -87,7 +100,7 @@ class Conversion:
 def load_documents(path: str, errors: list[str] | None = None) -> list[Mapping[str, Any]]:
     """The file's objects; a document that is not an object is an error line (in `errors` when given)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_input(path)  # `-`: standard input
     except OSError as exc:
         raise ConvertError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError:
@@ -944,7 +957,7 @@ def _containers(workload: Mapping[str, Any]) -> list[Mapping[str, Any]]:
 # The command
 
 
-def run(path: str, out_file: str | None, out: TextIO, err: TextIO) -> int:
+def run(path: str, out_file: str | None, out: TextIO, err: TextIO, output: str = "yaml") -> int:
     """Print (or write) the QueueScalers, warnings and errors on stderr; 1 if any object could not be converted."""
     try:
         conversion = convert_file(path)
@@ -952,7 +965,7 @@ def run(path: str, out_file: str | None, out: TextIO, err: TextIO) -> int:
         for line in exc.lines:
             print(line, file=err)
         return 1
-    text = conversion.to_yaml()
+    text = conversion.render(output)
     for warning in conversion.warnings:
         print(f"warning: {warning}", file=err)
     for error in conversion.errors:

@@ -27,7 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from controller.spec import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec, format_duration
+from controller.spec import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec
+from controller.textfmt import duration, plural
 
 
 class Reason(StrEnum):
@@ -376,7 +377,7 @@ def decide(
     )
 
     if paused:
-        return replace(base, reason=Reason.PAUSED, message=f"paused: holding {current} replicas")
+        return replace(base, reason=Reason.PAUSED, message=f"paused: holding {plural(current, 'replica')}")
 
     if observation.failed:
         return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope)
@@ -406,10 +407,11 @@ def _on_failure(
     if failures >= fallback.failure_threshold:
         floor = max(current, fallback.replicas or 0) if fallback.mode == "fixed" else current
         desired = _clamp(floor, bounds)
-        how = (f"raising to at least {fallback.replicas}" if fallback.mode == "fixed" else f"holding {current}")
+        how = (f"raising to at least {plural(fallback.replicas or 0, 'replica')}" if fallback.mode == "fixed"
+               else f"holding {plural(current, 'replica')}")
         return replace(
             base, desired=desired, memory=memory, reason=Reason.FALLBACK, fallback=True,
-            message=f"{failures} polls in a row failed ({what}); fallback: {how} replicas",
+            message=f"{failures} polls in a row failed ({what}); fallback: {how}",
         )
     desired = _clamp(current, bounds)
     if count is not None:
@@ -566,7 +568,7 @@ def _explain(
             return Reason.AT_MINIMUM, f"down to the minimum {bounds.minimum}{by_schedule}: {move}"
         if to_zero or final == 0:
             return Reason.SCALED_TO_ZERO, (
-                f"inactive for {format_duration(spec.policy.scale_to_zero_delay)}: {move}"
+                f"inactive for {duration(spec.policy.scale_to_zero_delay)}: {move}"
             )
         if limited:
             return Reason.LIMITED_BY_STEP, f"scale-down step limit: {move} (wanted {stabilized})"
@@ -586,13 +588,13 @@ def _explain(
         return Reason.HELD_BY_STABILIZATION, f"stabilization window: {keep} (recommended {recommended})"
     if deferred_until is not None:
         return Reason.ACTIVATION_DEFERRED, (
-            f"too little work for a replica yet: it may wait, waking one in {format_duration(deferred_until - now)}"
+            f"too little work for a replica yet: it may wait, waking one in {duration(deferred_until - now)}"
         )
     if not active and current == 0:
         return Reason.INACTIVE, f"at or below the activation threshold {_n(spec.policy.activation_threshold)}"
     if not active and bounds.minimum == 0 and inactive_since is not None:
         left = spec.policy.scale_to_zero_delay - (now - inactive_since)
-        return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {format_duration(max(0.0, left))}"
+        return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {duration(max(0.0, left))}"
     if within_tolerance:
         return Reason.WITHIN_TOLERANCE, f"within tolerance {_n(spec.policy.tolerance)}: {keep}"
     return Reason.STEADY, keep

@@ -19,6 +19,7 @@ from controller.slots import Slots
 from controller.sources.base import Source
 from controller.spec import QueueScaler
 from controller.targets.base import ScaleState, Target, TargetConflict, TargetError
+from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 
@@ -256,7 +257,8 @@ async def _poll_one(source: Source, budget: float) -> SourceReading:
         async with asyncio.timeout(budget):
             return await source.poll(budget)
     except TimeoutError:
-        return SourceReading.failed("Timeout", f"no answer from queue '{source.spec.queue_label}' within {budget:g}s")
+        return SourceReading.failed("Timeout",
+                                    f"no answer from queue '{source.spec.queue_label}' within {duration(budget)}")
     except Exception as exc:  # a bug in a source must not stop the rule; its text may hold a URL with a SAS
         log.error("source %s failed unexpectedly: %s", source.spec.queue_label, type(exc).__name__)
         return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")

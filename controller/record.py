@@ -51,6 +51,8 @@ from controller.rulefiles import load_files
 from controller.sources.base import Source, SourceContext, build_source
 from controller.sources.transport import polling_client
 from controller.spec import QueueScaler, format_duration
+from controller.terminal import ProgressLine, progress_bar, wants_progress
+from controller.textfmt import duration, offset, plural
 
 REQUEST_TIMEOUT = 10.0
 
@@ -66,6 +68,7 @@ class RecordOptions:
     completion_rate: float | None = None  # messages/s the workers complete while they have work
     interval: float | None = None  # None: the rule's pollingInterval
     rule_name: str | None = None
+    quiet: bool = False  # only the closing summary
 
 
 class RecordError(Exception):
@@ -131,7 +134,8 @@ async def _poll(source: Source, budget: float) -> SourceReading:
         async with asyncio.timeout(budget):
             return await source.poll(budget)
     except TimeoutError:
-        return SourceReading.failed("Timeout", f"no answer from queue '{source.spec.queue_label}' within {budget:g}s")
+        return SourceReading.failed("Timeout", f"no answer from queue '{source.spec.queue_label}' within "
+                                               f"{duration(budget)}")
     except Exception as exc:  # a source bug must not end the recording; its text may hold a secret
         return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
 
@@ -147,6 +151,26 @@ class Recording:
     started: float = 0.0
     seconds: float = 0.0
     interrupted: bool = False
+
+
+class _Narrator:
+    """The line per poll: above the progress bar on a terminal, as plain lines otherwise, none with --quiet."""
+
+    def __init__(self, err: TextIO, bar: ProgressLine, quiet: bool) -> None:
+        self.err = err
+        self.bar = bar
+        self.quiet = quiet
+
+    def say(self, line: str) -> None:
+        if self.quiet:
+            return
+        if self.bar.shown:
+            self.bar.say(line)
+        else:
+            print(line, file=self.err, flush=True)
+
+    def polled(self, t: float, status: str) -> None:
+        self.bar.advance_to(t, status)
 
 
 class _Writers:
@@ -188,7 +212,7 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-async def record(rule: QueueScaler, store: SecretStore, options: RecordOptions, err: TextIO,
+async def record(rule: QueueScaler, store: SecretStore, options: RecordOptions, err: _Narrator,
                  stop: asyncio.Event | None = None) -> Recording:
     """Poll for `options.duration`, writing the trace as it goes. Raises RecordError if the first poll fails."""
     stop = stop or asyncio.Event()
@@ -211,7 +235,7 @@ async def record(rule: QueueScaler, store: SecretStore, options: RecordOptions, 
 
 
 async def _record(rule: QueueScaler, sources: list[Source], options: RecordOptions, interval: float,
-                  budget: float, writers: _Writers, result: Recording, err: TextIO, stop: asyncio.Event) -> None:
+                  budget: float, writers: _Writers, result: Recording, err: _Narrator, stop: asyncio.Event) -> None:
     started = time.time()
     result.started = started
     previous: tuple[float, int] | None = None  # (t, total) of the last good poll
@@ -230,20 +254,21 @@ async def _record(rule: QueueScaler, sources: list[Source], options: RecordOptio
                              for s, r in zip(sources, readings, strict=True) if r.error is not None)
             if previous is None and result.polls == 1:
                 raise RecordError(f"{rule.key}: the first poll failed ({what})")
-            print(f"+{t:7.1f}s  poll failed ({what}); the next good poll covers this interval", file=err)
+            err.say(f"{offset(t)}  poll failed ({what}); the next good poll covers this interval")
+            err.polled(t, "last poll failed")
         elif total is not None:
             if previous is None:
                 # A baseline, not arrivals: these messages were put before the recording began.
                 result.backlog = total
-                print(f"+{t:7.1f}s  count {total} (the baseline: waiting before the recording, not arrivals)",
-                      file=err)
+                err.say(f"{offset(t)}  count {total} (the baseline: waiting before the recording, not arrivals)")
             else:
                 last_t, last_total = previous
                 arrivals = estimate_arrivals(last_total, total, t - last_t, options.completion_rate)
                 writers.arrival(last_t, arrivals)
                 result.arrivals += arrivals
-                print(f"+{t:7.1f}s  count {total}  arrivals since the last poll ~{arrivals:g}", file=err)
+                err.say(f"{offset(t)}  count {total}  arrivals since the last poll ~{arrivals:g}")
             previous = (t, total)
+            err.polled(t, f"count {total}, ~{result.arrivals:g} arrived")
         if t >= options.duration or stop.is_set():
             break
         next_poll += interval
@@ -275,7 +300,7 @@ def write_scenario(path: Path, trace: Path, rule: QueueScaler, recording: Record
     document = {
         "name": f"recorded-{rule.name}",
         "description": f"Arrivals on {', '.join(s.queue_label for s in rule.spec.sources)} recorded by queuescale "
-                       f"record from rule {rule.key}, polled every {format_duration(interval)}; estimate: "
+                       f"record from rule {rule.key}, polled every {duration(interval)}; estimate: "
                        f"{estimate}",
         "duration": format_duration(max(1.0, math.ceil(recording.seconds))),
         "start": start.isoformat().replace("+00:00", "Z"),
@@ -303,23 +328,26 @@ def run(options: RecordOptions, *, environ: Mapping[str, str], out: TextIO, err:
         print(str(exc), file=err)
         return 1
 
-    async def main() -> Recording:
+    async def main(narrator: _Narrator) -> Recording:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
         try:
-            return await record(rule, store, options, err, stop)
+            return await record(rule, store, options, narrator, stop)
         finally:
             for signum in (signal.SIGINT, signal.SIGTERM):
                 loop.remove_signal_handler(signum)
 
     interval = options.interval or rule.spec.polling_interval
-    print(f"recording {rule.key} ({', '.join(s.queue_label for s in rule.spec.sources)}) every "
-          f"{format_duration(interval)} for {format_duration(options.duration)} into {options.out}; Ctrl-C stops "
-          "early and keeps what was recorded", file=err)
+    if not options.quiet:
+        print(f"recording {rule.key} ({', '.join(s.queue_label for s in rule.spec.sources)}) every "
+              f"{duration(interval)} for {duration(options.duration)} into {options.out}; Ctrl-C stops "
+              "early and keeps what was recorded", file=err, flush=True)
     try:
-        recording = asyncio.run(main())
+        with progress_bar(err, "recording", options.duration, shown=wants_progress(err, options.quiet),
+                          timed=True) as bar:
+            recording = asyncio.run(main(_Narrator(err, bar, options.quiet)))
     except RecordError as exc:
         print(str(exc), file=err)
         return 1
@@ -329,10 +357,12 @@ def run(options: RecordOptions, *, environ: Mapping[str, str], out: TextIO, err:
     if options.scenario_out is not None:
         write_scenario(options.scenario_out, options.out, rule, recording, options)
     note = " (stopped early)" if recording.interrupted else ""
-    print(f"recorded {format_duration(recording.seconds)}{note}: {recording.polls} polls "
-          f"({recording.failed_polls} failed), ~{recording.arrivals:g} messages arrived ({recording.backlog} "
-          f"already waiting at the start); trace: {options.out}"
-          + (f"; replay: queuescale simulate --scenario {options.scenario_out}" if options.scenario_out else ""),
+    print(f"recorded {duration(recording.seconds)}{note}: {plural(recording.polls, 'poll')} "
+          f"({recording.failed_polls} failed), ~{plural(round(recording.arrivals, 3), 'message')} arrived "
+          f"({recording.backlog} already waiting at the start); trace written to {options.out}"
+          + (f"; counts written to {options.counts_out}" if options.counts_out else "")
+          + (f"; scenario written to {options.scenario_out}, replay it with queuescale simulate --scenario "
+             f"{options.scenario_out}" if options.scenario_out else ""),
           file=out)
     return 0
 

@@ -72,7 +72,8 @@ def parse_duration(value: object) -> float | None:
 
 
 def format_duration(seconds: float) -> str:
-    """The short form a user would write: 90 -> "1m30s", 0.5 -> "500ms"."""
+    """The short form a user would write: 90 -> "1m30s", 0.5 -> "500ms". For values written into a rule and for
+    echoing a field's own value back; everything else printed goes through controller.textfmt.duration."""
     if seconds < 1 and seconds != 0:
         return f"{round(seconds * 1000)}ms"
     whole = round(seconds)

@@ -152,23 +152,24 @@ def test_check_reports_a_wrong_key_and_a_missing_queue_with_their_codes(azurite:
     assert "2 of 2 rules had a source that did not answer" in done.stderr
 
 
-def test_check_of_a_bad_rule_file_prints_validate_errors_and_exits_1() -> None:
+def test_check_of_a_bad_rule_file_prints_validate_errors_on_stderr_and_exits_1() -> None:
     done = run_check(str(ROOT / "tests" / "data" / "broken-rules.yaml"))
     assert done.returncode == 1
-    assert "min-above-max: spec.maxReplicas: must be >= minReplicas (10), got 3" in done.stdout
+    assert done.stdout == ""  # nothing was checked: there is no result, only errors
+    assert "min-above-max: spec.maxReplicas: must be >= minReplicas (10), got 3" in done.stderr
     assert "Traceback" not in done.stdout + done.stderr
 
 
 def test_check_of_a_missing_file_or_bad_secrets_is_a_clear_error(tmp_path: Path, azurite: Azurite) -> None:
     missing = run_check(str(tmp_path / "nope.yaml"))
     assert missing.returncode == 1
-    assert "cannot read" in missing.stdout
+    assert "cannot read" in missing.stderr and missing.stdout == ""
 
     rules = write(tmp_path, "rule.yaml", rule("orders", key_source_yaml(azurite, unique_queue())))
     bad = write(tmp_path, "bad.yaml", "kind: Secret\nmetadata: {name: storage}\ndata: {account-key: '%%%topsecret'}\n")
     done = run_check(rules, "--secrets", bad)
     assert done.returncode == 1
-    assert "Secret 'storage' data key 'account-key' is not Base64" in done.stdout
+    assert "Secret 'storage' data key 'account-key' is not Base64" in done.stderr
     assert "topsecret" not in done.stdout + done.stderr
     assert "Traceback" not in done.stdout + done.stderr
 

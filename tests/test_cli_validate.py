@@ -72,7 +72,7 @@ def test_other_objects_in_a_file_are_skipped(tmp_path: Path) -> None:
                      + (ROOT / "examples" / "orders-worker.yaml").read_text())
     result = run_cli("validate", str(mixed))
     assert result.returncode == 0, result.stdout
-    assert "1 of 1 rules valid" in result.stderr
+    assert "1 of 1 rule valid" in result.stderr
 
 
 def test_usage_error_exits_2() -> None:

@@ -42,7 +42,7 @@ def test_the_output_passes_validate(path: Path, tmp_path: Path, capsys: pytest.C
     assert main(["convert-keda", str(path), "--out", str(out)]) == 0
     assert capsys.readouterr().out == ""
     assert main(["validate", str(out)]) == 0
-    assert "1 of 1 rules valid" in capsys.readouterr().err
+    assert "1 of 1 rule valid" in capsys.readouterr().err
     assert load_files([str(out)]).ok
 
 

@@ -20,8 +20,8 @@ def test_off_a_terminal_each_tick_is_one_line_and_events_are_lines_too() -> None
     view.frame(frame(2.0, 40, 4, 1))
     lines = out.getvalue().splitlines()
     assert lines == [
-        "+   1.0s  burst of 40 messages starts",
-        "+   2.0s  queue   40  change   -1.50/s  desired  4  ready  1  processed    3/40    ScaledUp: scaled up 0 -> 4",
+        "+    1s  burst of 40 messages starts",
+        "+    2s  queue   40  change   -1.50/s  desired  4  ready  1  processed    3/40    ScaledUp: scaled up 0 -> 4",
     ]
     assert "\x1b[" not in out.getvalue()
 

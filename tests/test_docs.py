@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 from collections.abc import Iterator
@@ -263,3 +264,173 @@ def test_the_dashboard_covers_what_operators_ask() -> None:
                    "queuescale_leader", "queuescale_rules"):
         assert series in text, series
     assert "histogram_quantile" in text
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Numbers quoted in the README and docs: each has one source, and the quotes are checked against it
+
+BENCHMARKS = (DOCS / "benchmarks.md").read_text()
+README = (ROOT / "README.md").read_text()
+
+
+def benchmark_findings() -> list[str]:
+    """The per-scenario summary lines of docs/benchmarks.md (`- name: p99 ...`), as benchmarks.policy_suite
+    writes them."""
+    return [line for line in BENCHMARKS.splitlines() if re.match(r"- [\w-]+( \(held out\))?: p99 ", line)]
+
+
+def agrees(quoted: str, actual: float) -> bool:
+    """A figure as quoted ("1.18", "2.0", "80") is `actual` rounded to the precision the quote shows."""
+    if "." in quoted:
+        return round(actual, len(quoted.split(".")[1])) == float(quoted)
+    significant = len(quoted.rstrip("0")) or 1
+    return round(actual, -(len(quoted) - significant)) == float(quoted)
+
+
+def test_agrees_rounds_to_the_quoted_precision() -> None:
+    assert agrees("1.18", 1.1849) and not agrees("1.18", 1.186)
+    assert agrees("2.0", 2.02) and agrees("80", 83.0) and not agrees("80", 86.0) and agrees("2", 2.0)
+
+
+def test_the_readme_benchmark_summary_is_what_docs_benchmarks_md_measured() -> None:
+    # docs/benchmarks.md is generated (benchmarks.policy_suite --markdown); the README's sentence quotes it, so it
+    # must say what the current table says, whatever a re-run changed.
+    findings = benchmark_findings()
+    costs = [float(m) for line in findings for m in re.findall(r"KEDA's cheapest \([^)]*\) costs ([\d.]+)x ours", line)]
+    reversals = [int(b) / int(a) for line in findings if "tuned KEDA" in line
+                 for a, b in re.findall(r"reversals (\d+) vs (\d+)", line)]
+    unreached = [line for line in findings if "no KEDA queueLength reaches our p99" in line]
+    missed_by_all = [line for line in findings
+                     if "misses the" in line and "no KEDA queueLength meets the SLO" in line]
+    assert findings and costs and reversals
+
+    words = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+    sentence = re.search(
+        r"on (\w+) of (\w+) scenarios KEDA \+ HPA at its\s+cheapest queueLength reaching the same p99 wait costs "
+        r"([\d.]+)x to ([\d.]+)x as much, and where a tuned KEDA meets the\s+objective we reverse direction "
+        r"([\d.]+)x to ([\d.]+)x less often; on the other (\w+) no KEDA setting reaches our p99, and (\w+)\s+"
+        r"scenarios? miss(?:es)? their objective for every policy", README)
+    assert sentence, "the README's benchmark sentence changed shape: update this test with it"
+    with_cost, total, cost_low, cost_high, rev_low, rev_high, other, missed = sentence.groups()
+    assert words[total] == len(findings)
+    assert words[with_cost] == len(costs)
+    assert agrees(cost_low, min(costs)) and agrees(cost_high, max(costs)), (min(costs), max(costs))
+    assert agrees(rev_low, min(reversals)) and agrees(rev_high, max(reversals)), (min(reversals), max(reversals))
+    assert words[other] == len(unreached)
+    assert words[missed] == len(missed_by_all)
+
+
+def test_the_built_in_scenarios_table_lists_the_library() -> None:
+    from controller.simulator.scenario import library
+
+    section = (DOCS / "simulator.md").read_text().split("### The built-in scenarios", 1)[1].split("\n#", 1)[0]
+    documented = table_rows(section, "")
+    assert sorted(documented) == sorted(library())
+
+
+DEMO_DOC = (DOCS / "demo.md").read_text()
+
+
+def test_the_demo_figures_in_the_docs_are_the_demo_defaults() -> None:
+    from controller.demo.options import DemoOptions
+    from controller.textfmt import duration
+
+    d = DemoOptions()
+    assert (f"sends a burst of {d.burst} messages {d.burst_at:g} s after the rule starts, and a second one of "
+            f"{d.second_burst} at {d.second_burst_at:g} s") in DEMO_DOC
+    assert f"works on it for {d.work_time:g} s" in DEMO_DOC
+    assert f"(default {duration(d.max_duration)}) bounds it" in DEMO_DOC
+
+
+def test_the_demo_options_table_shows_the_defaults_demo_help_shows() -> None:
+    from controller.cli import build_parser
+    from controller.textfmt import duration
+
+    demo = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["demo"]
+    defaults = {flag: action for action in demo._actions for flag in action.option_strings}
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in DEMO_DOC.splitlines()
+            if line.startswith("| `--")]
+    checked = 0
+    for cell, shown, _ in rows:
+        flags = re.findall(r"`(--[a-z-]+) [A-Z]+`", cell)
+        if not flags:
+            continue
+        expected = []
+        for flag in flags:
+            action = defaults[flag]
+            value = action.default
+            expected.append(duration(value) if action.metavar == "T" else f"{value:g}" if isinstance(value, float)
+                            else str(value))
+        assert shown.strip("`") == ", ".join(expected), cell
+        checked += len(flags)
+    assert checked >= 11
+
+
+def test_the_readme_and_docs_demo_md_quote_one_demo_length_that_the_defaults_allow() -> None:
+    from controller.demo.options import DemoOptions
+
+    d = DemoOptions()
+    length = re.compile(r"about ([\d.]+) to ([\d.]+) minutes")
+    in_readme, in_doc = length.search(README), length.search(DEMO_DOC)
+    assert in_readme and in_doc and in_readme.groups() == in_doc.groups()
+    demo_seconds = re.search(r"about (\d+) s of demo", DEMO_DOC)
+    assert demo_seconds
+    # It cannot end before the last burst plus the wait before zero, nor after --max-duration; and the quoted
+    # minutes are that, plus Azurite's start and the clean-up.
+    seconds = float(demo_seconds.group(1))
+    assert d.second_burst_at + d.scale_to_zero_delay < seconds < d.max_duration
+    low, high = (float(g) * 60 for g in in_doc.groups())
+    assert low <= seconds + 30 and seconds <= high
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The image: one name, one tag, quoted alike everywhere
+
+CHART_VALUES: dict[str, Any] = yaml.safe_load((ROOT / "charts" / "queuescale" / "values.yaml").read_text())
+CHART: dict[str, Any] = yaml.safe_load((ROOT / "charts" / "queuescale" / "Chart.yaml").read_text())
+IMAGE = f"{CHART_VALUES['image']['repository']}:{CHART['appVersion']}"  # the source: what the chart pulls
+QUICKSTART = (DOCS / "quickstart.md").read_text()
+
+
+def test_the_image_reference_is_the_charts_everywhere_it_is_quoted() -> None:
+    operator = [doc for doc in yaml.safe_load_all((ROOT / "manifests" / "operator.yaml").read_text())
+                if doc and doc.get("kind") == "Deployment"]
+    assert [c["image"] for d in operator for c in d["spec"]["template"]["spec"]["containers"]] == [IMAGE]
+    assert f"docker build -t {IMAGE} ." in (ROOT / "Dockerfile").read_text()
+    assert f"`{CHART_VALUES['image']['repository']}:<version>`" in (DOCS / "operations.md").read_text()
+    quoted = set(re.findall(r"\b[\w.-]+\.[a-z]{2,}/[\w./-]*queuescale:[\w.-]+", QUICKSTART))
+    assert quoted == {IMAGE}, quoted
+    assert f"docker build -t {IMAGE} ." in QUICKSTART
+    assert f"kind load docker-image {IMAGE}" in QUICKSTART
+
+
+def test_the_quickstart_applies_objects_a_cluster_accepts() -> None:
+    import kubernetes_validate
+
+    import controller.sources  # noqa: F401  (registers the queue kinds)
+    from controller.spec import parse_queuescaler
+
+    blocks = re.findall(r"kubectl apply -f - <<'EOF'\n(.*?)\nEOF\n", QUICKSTART, re.S)
+    assert len(blocks) == 1
+    docs = [doc for doc in yaml.safe_load_all(blocks[0]) if doc]
+    kinds = [doc["kind"] for doc in docs]
+    assert kinds == ["Secret", "Deployment", "Service", "Deployment", "QueueScaler"]
+    for doc in docs:
+        if doc["kind"] == "QueueScaler":
+            parse_queuescaler(doc)  # raises SpecError, naming the field, if validate would refuse it
+        else:
+            kubernetes_validate.validate(doc, "1.30", strict=True)
+    secret, rule = docs[0], docs[-1]
+    assert rule["spec"]["sources"][0]["passwordSecretRef"]["name"] == secret["metadata"]["name"]
+    assert rule["spec"]["scaleTargetRef"]["name"] == docs[3]["metadata"]["name"]
+    # The operator uses a Secret only for the rules its annotation names (docs/operations.md): without it the
+    # quickstart's rule would stop at SecretNotAllowed.
+    from controller.kube.secrets import ALLOWED_RULES_ANNOTATION, ALLOWED_SOURCES_ANNOTATION
+
+    annotations = secret["metadata"]["annotations"]
+    assert rule["metadata"]["name"] in annotations[ALLOWED_RULES_ANNOTATION].split(",")
+    assert rule["spec"]["sources"][0]["type"] in annotations[ALLOWED_SOURCES_ANNOTATION].split(",")
+
+
+def test_the_readme_links_the_quickstart() -> None:
+    assert "](docs/quickstart.md)" in README

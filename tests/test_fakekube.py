@@ -21,6 +21,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.fakekube import FakeKube, Fault
 from tests.fakekube.server import TOKEN
+from tests.fakekube.tls import client_context_from_kubeconfig
 
 GROUP, VERSION, PLURAL = "queuescale.io", "v1alpha1", "queuescalers"
 MERGE = "application/merge-patch+json"
@@ -70,7 +71,8 @@ def admin_request(url: str) -> urllib.request.Request:
 
 def test_a_request_without_credentials_is_401(fake_kube: FakeKube) -> None:
     with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(f"{fake_kube.url}/api/v1/namespaces/default/secrets", timeout=5)
+        urllib.request.urlopen(f"{fake_kube.url}/api/v1/namespaces/default/secrets", timeout=5,
+                               context=fake_kube.client_ssl_context())
     assert caught.value.code == 401
     caught.value.close()
 
@@ -482,7 +484,7 @@ def test_watch_from_a_compacted_resource_version_gets_a_410_error_event(fake_kub
     fake_kube.create(queuescaler())
     fake_kube.compact()
     url = f"{fake_kube.url}/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}?watch=true&resourceVersion=2"
-    with urllib.request.urlopen(admin_request(url), timeout=5) as response:
+    with urllib.request.urlopen(admin_request(url), timeout=5, context=fake_kube.client_ssl_context()) as response:
         assert response.status == 200
         lines = response.read().decode().splitlines()
     assert [json.loads(line) for line in lines] == [{"type": "ERROR", "object": {
@@ -506,7 +508,7 @@ def test_history_window_is_bounded() -> None:
         for index in range(5):
             fake.create(queuescaler(f"rule-{index}"))
         url = f"{fake.url}/apis/{GROUP}/{VERSION}/queuescalers?watch=true&resourceVersion=1&timeoutSeconds=1"
-        with urllib.request.urlopen(admin_request(url), timeout=5) as response:
+        with urllib.request.urlopen(admin_request(url), timeout=5, context=fake.client_ssl_context()) as response:
             event = json.loads(response.readline())
     assert event["type"] == "ERROR"
     assert event["object"]["code"] == 410
@@ -740,21 +742,24 @@ def test_runs_as_a_subprocess_with_admin_endpoints(tmp_path: Path) -> None:
             time.sleep(0.05)
         api_client = config.new_client_from_config(config_file=str(kubeconfig))
         server = api_client.configuration.host
-        assert server.startswith("http://127.0.0.1:")
+        assert server.startswith("https://127.0.0.1:")
+        trusted = client_context_from_kubeconfig(kubeconfig)
         try:
             core = client.CoreV1Api(api_client)
             request = urllib.request.Request(f"{server}/_fake/faults", method="POST", data=json.dumps(
                 {"method": "GET", "path": "/secrets", "status": 503, "times": 1}).encode())
-            urllib.request.urlopen(request, timeout=5).close()
+            urllib.request.urlopen(request, timeout=5, context=trusted).close()
             with pytest.raises(ApiException) as caught:
                 core.list_namespaced_secret("default")
             assert caught.value.status == 503
             assert core.list_namespaced_secret("default").items == []
             client.CustomObjectsApi(api_client).create_namespaced_custom_object(
                 GROUP, VERSION, "default", PLURAL, queuescaler())
-            with urllib.request.urlopen(f"{server}/_fake/table?resource=qs&namespace=default", timeout=5) as table:
+            with urllib.request.urlopen(f"{server}/_fake/table?resource=qs&namespace=default", timeout=5,
+                                        context=trusted) as table:
                 lines = table.read().decode().splitlines()
-            assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "AGE"]
+            assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "ACTIVE",
+                                        "FALLBACK", "PAUSED", "AGE"]
             # A value the object lacks (status.queueLength) is a null cell, which kubectl prints as nothing.
             assert lines[1].split()[:4] == ["orders", "worker", "0", "10"]
             assert lines[1][lines[0].index("QUEUE"):lines[0].index("DESIRED")].strip() == ""

@@ -132,6 +132,19 @@ def test_a_created_crd_is_established_as_the_apiextensions_controllers_mark_it(k
     assert crd["status"]["storedVersions"] == [VERSION]
 
 
+def test_a_crd_created_by_server_side_apply_is_established_too(fake_kube: FakeKube) -> None:
+    # The controllers above watch CRDs, not requests: `kubectl apply --server-side -f crd.yaml` then `kubectl wait
+    # --for=condition=Established` (the install of docs/operations.md) must not wait for ever.
+    status, applied = call(fake_kube, f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{PLURAL}.{GROUP}"
+                           "?fieldManager=kubectl", method="PATCH", body=CRD,
+                           content_type="application/apply-patch+yaml")
+    assert status == 201
+    conditions = {c["type"]: c["status"] for c in applied["status"]["conditions"]}
+    assert conditions == {"NamesAccepted": "True", "Established": "True"}
+    stored = fake_kube.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", f"{PLURAL}.{GROUP}")
+    assert stored["status"]["conditions"] == applied["status"]["conditions"]
+
+
 def test_deleting_a_crd_deletes_its_resources_then_ends_watches_as_kube_apiserver_does(kube: FakeKube) -> None:
     # apiextensions-apiserver pkg/controller/finalizer/crd_finalizer.go deletes every custom resource (watchers get
     # DELETED), then the CRD goes and its storage with it: open watches end, later requests are 404.
@@ -358,7 +371,11 @@ def test_custom_resource_table_evaluates_the_printer_columns_as_the_crd_tablecon
     # JSONPath typed by the column (integer, number, date as an age); a missing value is a null cell.
     kube.create(rule("orders"))
     kube.store.update(kube.resource(f"{GROUP}/{VERSION}", "QueueScaler"), "default", "orders",
-                      {"metadata": {"name": "orders"}, "status": {"queueLength": 57, "desiredReplicas": 3}},
+                      {"metadata": {"name": "orders"}, "status": {
+                          "queueLength": 57, "desiredReplicas": 3,
+                          "conditions": [{"type": t, "status": v, "reason": "Test", "message": "",
+                                          "lastTransitionTime": "2026-11-24T00:00:00Z"}
+                                         for t, v in (("Ready", "True"), ("Active", "True"), ("Fallback", "False"))]}},
                       subresource="status")
     status, table = call(kube, f"/apis/{GROUP}/{VERSION}/namespaces/default/{PLURAL}", accept=TABLE)
     assert status == 200
@@ -367,10 +384,11 @@ def test_custom_resource_table_evaluates_the_printer_columns_as_the_crd_tablecon
     columns = [(c["name"], c["type"]) for c in table["columnDefinitions"]]
     assert columns == [("Name", "string"), ("Target", "string"), ("Min", "integer"), ("Max", "integer"),
                        ("Queue", "number"), ("Desired", "integer"), ("Current", "integer"), ("Ready", "integer"),
-                       ("Age", "date")]
+                       ("Active", "string"), ("Fallback", "string"), ("Paused", "string"), ("Age", "date")]
     [row] = table["rows"]
-    assert row["cells"][:8] == ["orders", "worker", 1, 10, 57.0, 3, None, None]
-    assert row["cells"][8] in ("0s", "1s", "2s")
+    # The condition columns are JSONPath filters ([?(@.type=="Active")]): a condition that is absent is a null cell.
+    assert row["cells"][:11] == ["orders", "worker", 1, 10, 57.0, 3, None, None, "True", "False", None]
+    assert row["cells"][11] in ("0s", "1s", "2s")
     assert row["object"]["kind"] == "PartialObjectMetadata"
     assert row["object"]["apiVersion"] == "meta.k8s.io/v1"
     assert row["object"]["metadata"]["name"] == "orders" and "spec" not in row["object"]
@@ -459,7 +477,7 @@ def test_kubectl_text_is_rendered_from_the_servers_table(kube: FakeKube) -> None
     table = call(kube, f"/apis/{GROUP}/{VERSION}/{PLURAL}", accept=TABLE)[1]
     text = render(table, all_namespaces=True).splitlines()
     assert text[0].split() == ["NAMESPACE", "NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY",
-                               "AGE"]
+                               "ACTIVE", "FALLBACK", "PAUSED", "AGE"]
     assert text[1].split()[:5] == ["default", "orders", "worker", "1", "10"]
     assert text[1][text[0].index("QUEUE"):text[0].index("AGE")].strip() == ""
     assert kube.table("qs", "default").splitlines()[1].split()[:4] == ["orders", "worker", "1", "10"]

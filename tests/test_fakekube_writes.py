@@ -227,7 +227,7 @@ def test_apply_answers_201_when_it_creates_and_200_when_it_updates_as_kube_apise
     for expected in (201, 200):
         request = urllib.request.Request(url, data=yaml.safe_dump(deployment()).encode(), method="PATCH",
                                          headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": APPLY})
-        with urllib.request.urlopen(request, timeout=5) as answer:
+        with urllib.request.urlopen(request, timeout=5, context=fake_kube.client_ssl_context()) as answer:
             assert answer.status == expected
 
 

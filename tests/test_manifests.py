@@ -597,6 +597,17 @@ def test_status_keeps_the_operators_own_fields(api: client.ApiClient) -> None:
     assert written["status"]["somethingNew"] is True
 
 
+def test_the_condition_columns_are_the_filters_keda_users_read_in_kubectl_get_so() -> None:
+    # KEDA's ScaledObject CRD prints READY and ACTIVE (and FALLBACK, PAUSED in later releases) as
+    # `.status.conditions[?(@.type=="X")].status` (kedacore/keda config/crd/bases/keda.sh_scaledobjects.yaml);
+    # apiextensions-apiserver accepts it (validation.go, validateSimpleJSONPath, asks only for a leading ".") and its
+    # tableconvertor (tableconvertor.go, New) evaluates it with k8s.io/client-go/util/jsonpath, which filters.
+    columns = {c["name"]: c for c in CRD["spec"]["versions"][0]["additionalPrinterColumns"]}
+    for condition in ("Active", "Fallback", "Paused"):
+        assert columns[condition]["jsonPath"] == f'.status.conditions[?(@.type=="{condition}")].status'
+        assert columns[condition]["type"] == "string" and columns[condition].get("priority", 0) == 0
+
+
 def test_printer_columns_show_like_kubectl_get_qs(fake_kube: FakeKube, api: client.ApiClient) -> None:
     client.ApiextensionsV1Api(api).create_custom_resource_definition(CRD)
     custom = client.CustomObjectsApi(api)
@@ -604,14 +615,20 @@ def test_printer_columns_show_like_kubectl_get_qs(fake_kube: FakeKube, api: clie
     namespace = doc["metadata"]["namespace"]
     fake_kube.ensure_namespace(namespace)
     custom.create_namespaced_custom_object("queuescale.io", "v1alpha1", namespace, "queuescalers", doc)
+    conditions = [{"type": kind, "status": status, "reason": "R", "message": "m",
+                   "lastTransitionTime": "2026-01-01T00:00:00Z"}
+                  for kind, status in (("Ready", "True"), ("Active", "True"), ("Fallback", "False"),
+                                       ("Paused", "False"))]
     custom.patch_namespaced_custom_object_status(
         "queuescale.io", "v1alpha1", namespace, "queuescalers", doc["metadata"]["name"],
-        {"status": {"queueLength": 57, "desiredReplicas": 3, "currentReplicas": 2, "readyReplicas": 1}})
+        {"status": {"queueLength": 57, "desiredReplicas": 3, "currentReplicas": 2, "readyReplicas": 1,
+                    "conditions": conditions}})
     lines = fake_kube.table("qs", namespace).splitlines()
-    assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "AGE"]
+    assert lines[0].split() == ["NAME", "TARGET", "MIN", "MAX", "QUEUE", "DESIRED", "CURRENT", "READY", "ACTIVE",
+                                "FALLBACK", "PAUSED", "AGE"]
     spec = doc["spec"]
     expected = [doc["metadata"]["name"], spec["scaleTargetRef"]["name"], str(spec.get("minReplicas", 0)),
-                str(spec["maxReplicas"]), "57", "3", "2", "1"]
+                str(spec["maxReplicas"]), "57", "3", "2", "1", "True", "False", "False"]
     assert lines[1].split()[:-1] == expected
     assert re.fullmatch(r"\d+s", lines[1].split()[-1])
 

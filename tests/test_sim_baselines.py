@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import io
 from typing import cast
 
 from controller.simulator.adapters import AwsTargetTracking
-from controller.simulator.command import ProgressBar
 from controller.simulator.world import World
 from tests.sim_helpers import run_scripted, scenario
 from tests.test_sim_keda import FakeWorld
@@ -36,12 +34,3 @@ def test_a_static_count_never_scales() -> None:
     assert result.scale_actions == []
     assert result.metrics.worker_seconds == 3 * 300
 
-
-def test_the_progress_bar_draws_each_percent_once() -> None:
-    stream = io.StringIO()
-    bar = ProgressBar(stream)
-    for fraction in (0.0, 0.004, 0.5, 0.5, 1.0):
-        bar(fraction)
-    text = stream.getvalue()
-    assert text.count("\r") == 3
-    assert text.endswith("100%\n")

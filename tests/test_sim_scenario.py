@@ -13,7 +13,8 @@ from tests.sim_helpers import scenario
 
 def test_the_library_has_the_named_real_workloads() -> None:
     scenarios = library()
-    assert set(scenarios) == {"flash-crowd", "photo-mosaic", "nightly-batch", "trickle-spikes", "diurnal-web"}
+    assert set(scenarios) == {"flash-crowd", "photo-mosaic", "nightly-batch", "trickle-spikes", "diurnal-web",
+                              "checkout-outage"}
     assert all(s.description for s in scenarios.values())
 
 

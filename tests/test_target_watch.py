@@ -45,7 +45,7 @@ OPERATOR_ACCOUNT = ("queuescale-system", "queuescale-operator")
 
 def requests_made(kube: FakeKube) -> list[dict[str, Any]]:
     """Every request the fake has answered, oldest first, as `GET /_fake/requests` lists them."""
-    answer = httpx.get(f"{kube.url}/_fake/requests", timeout=5)
+    answer = httpx.get(f"{kube.url}/_fake/requests", timeout=5, verify=kube.client_ssl_context())
     answer.raise_for_status()
     found: list[dict[str, Any]] = answer.json()["requests"]
     return found
@@ -202,7 +202,8 @@ def test_start_up_time_is_measured_from_our_scale_up_to_its_ready_replicas(
     queue = setup_rule(api, azurite, "startup", messages=0)
     operator = operators()
     wait_for("the rule to be Ready", lambda: condition(kube, "startup", "Ready").get("status") == "True")
-    httpx.post(f"{kube.url}/_fake/ready-delay", json={"seconds": 2}, timeout=5).raise_for_status()
+    httpx.post(f"{kube.url}/_fake/ready-delay", json={"seconds": 2}, timeout=5,
+               verify=kube.client_ssl_context()).raise_for_status()
     for i in range(25):
         queue.send_message(f"m{i}")
     wait_for("3 replicas asked", lambda: replicas(kube, "startup") == 3)

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from controller.sources.azure_auth import DEV_ACCOUNT, DEV_ACCOUNT_KEY
+from controller.textfmt import duration
 
 PROJECT_BIN = Path(__file__).resolve().parents[2] / ".tools" / "node" / "node_modules" / ".bin" / "azurite-queue"
 START_TIMEOUT = 30.0
@@ -95,7 +96,8 @@ class AzuriteQueueService:
             except OSError:
                 time.sleep(0.05)
         self.stop()
-        raise AzuriteError(f"azurite-queue did not accept connections on 127.0.0.1:{self.port} in {START_TIMEOUT:g}s")
+        raise AzuriteError(f"azurite-queue did not accept connections on 127.0.0.1:{self.port} in "
+                           f"{duration(START_TIMEOUT)}")
 
     def stop(self) -> None:
         process = self.process

@@ -5,10 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.textfmt import duration
+
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """The demo's knobs; the defaults make a run of about 1.5 minutes."""
+    """The demo's knobs; the defaults make the run docs/demo.md times (tests/test_docs.py checks its figures)."""
 
     burst: int = 160
     burst_at: float = 5.0  # seconds after the rule starts
@@ -32,8 +34,8 @@ class DemoOptions:
         if self.second_burst < 0:
             found.append(f"--second-burst: must be >= 0, got {self.second_burst}")
         if self.second_burst and self.second_burst_at <= self.burst_at:
-            found.append(f"--second-burst-at: must be after --burst-at ({self.burst_at:g}s), "
-                         f"got {self.second_burst_at:g}s")
+            found.append(f"--second-burst-at: must be after --burst-at ({duration(self.burst_at)}), "
+                         f"got {duration(self.second_burst_at)}")
         if self.work_time < 0:
             found.append(f"--work-time: must be >= 0, got {self.work_time:g}")
         if self.polling_interval < 1:
@@ -43,5 +45,6 @@ class DemoOptions:
         if self.target_per_replica <= 0:
             found.append(f"--target-per-replica: must be > 0, got {self.target_per_replica:g}")
         if self.max_duration <= self.burst_at:
-            found.append(f"--max-duration: must be after --burst-at ({self.burst_at:g}s), got {self.max_duration:g}s")
+            found.append(f"--max-duration: must be after --burst-at ({duration(self.burst_at)}), got "
+                         f"{duration(self.max_duration)}")
         return found

@@ -37,6 +37,7 @@ from controller.sources.azure_auth import scrub
 from controller.sources.base import SecretUnavailable, Source, SourceContext, build_source
 from controller.spec import QueueScaler, SpecError, format_duration, parse_queuescaler
 from controller.targets.local_process import LocalProcessTarget
+from controller.textfmt import duration, plural
 
 QUEUE_NAME = "demo-jobs"
 RULE_NAME = "demo-worker"
@@ -298,7 +299,7 @@ class _Recorder:
 
     def event(self, text: str, t: float | None = None) -> None:
         when = self.record.t() if t is None else t
-        self.record.events.append((when, f"+{when:.0f}s {text}"))
+        self.record.events.append((when, f"+{duration(round(when))} {text}"))
         self.view.event(when, text)
 
 
@@ -386,10 +387,10 @@ class Demo:
             bursts.append((options.second_burst_at, options.second_burst))
         recorder = _Recorder(record, view, logs, self.target, settled, lambda: record.sent == sum(n for _, n in bursts))
         print(
-            f"queue '{QUEUE_NAME}' created; rule '{rule.name}': poll every {options.polling_interval:g}s, "
-            f"{options.target_per_replica:g} messages per worker, 0 to {options.max_workers} workers "
-            f"({options.work_time:g}s of work per message); bursts: "
-            + ", ".join(f"{n} messages at +{at:g}s" for at, n in bursts)
+            f"queue '{QUEUE_NAME}' created; rule '{rule.name}': poll every {duration(options.polling_interval)}, "
+            f"{plural(options.target_per_replica, 'message')} per worker, 0 to {plural(options.max_workers, 'worker')} "
+            f"({duration(options.work_time)} of work per message); bursts: "
+            + ", ".join(f"{plural(n, 'message')} at +{duration(at)}" for at, n in bursts)
             + f"; output in {options.out_dir}/", file=self.out, flush=True,
         )
         async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
@@ -426,7 +427,7 @@ class Demo:
             record.outcome = "settled"
         else:
             record.outcome = "timeout"
-            record.failure = (f"the demo did not settle within {options.max_duration:g}s "
+            record.failure = (f"the demo did not settle within {duration(options.max_duration)} "
                               "(queue empty and workers at zero); see the report")
         return self._finish(record)
 
@@ -440,7 +441,7 @@ class Demo:
                 await asyncio.sleep(max(0.0, record.started + at - time.time()))
                 started = time.time()
                 record.bursts.append((record.t(started), messages))
-                recorder.event(f"burst of {messages} messages starts", record.t(started))
+                recorder.event(f"burst of {plural(messages, 'message')} starts", record.t(started))
 
                 def send(n: int) -> None:
                     queue.send_message(json.dumps({"n": n, "sent": time.time()}))
@@ -455,7 +456,7 @@ class Demo:
                     sends.append(future)
                 next_number += messages
                 await asyncio.gather(*sends)
-                recorder.event(f"burst: all {messages} sent ({time.time() - started:.1f}s)")
+                recorder.event(f"burst: all {messages} sent ({duration(time.time() - started)})")
 
     async def _wait_for_end(self, settled: asyncio.Event, stop: asyncio.Event) -> None:
         waiters = [asyncio.create_task(settled.wait()), asyncio.create_task(stop.wait())]
@@ -478,14 +479,16 @@ class Demo:
         pids = [p["pid"] for p in record.processes]
         print("", file=self.out)
         print(
-            f"{record.outcome}: {facts['messages_processed']} of {record.sent} messages processed in "
-            f"{facts['duration_seconds']}s; workers {_workers_path(facts)} "
-            f"({facts['scale_ups']} scale-ups, {facts['scale_downs']} scale-downs); first scale-out "
-            f"{facts['burst_to_first_scale_out_seconds']}s after the burst; wait p50 {facts['wait_p50_seconds']}s, "
-            f"p95 {facts['wait_p95_seconds']}s",
+            f"{record.outcome}: {facts['messages_processed']} of {plural(record.sent, 'message')} processed in "
+            f"{_seconds(facts['duration_seconds'])}; workers {_workers_path(facts)} "
+            f"({plural(_count(facts['scale_ups']), 'scale-up')}, "
+            f"{plural(_count(facts['scale_downs']), 'scale-down')}); "
+            f"first scale-out {_seconds(facts['burst_to_first_scale_out_seconds'])} after the burst; wait p50 "
+            f"{_seconds(facts['wait_p50_seconds'])}, p95 {_seconds(facts['wait_p95_seconds'])}",
             file=self.out,
         )
-        print(f"stopped Azurite (pid {record.azurite_pid}) and {len(pids)} worker processes "
+        workers = plural(len(pids), "worker process", "worker processes")
+        print(f"stopped Azurite (pid {record.azurite_pid}) and {workers} "
               f"(pids {', '.join(str(p) for p in pids) or 'none'})", file=self.out)
         print(f"report: {report}", file=self.out)
         print(f"summary: {options.out_dir / 'demo-summary.json'}", file=self.out, flush=True)
@@ -519,6 +522,15 @@ def _write_timeline(path: Path, record: DemoRecord) -> None:
         for s in record.samples:
             writer.writerow([round(s.t, 2), s.count, None if s.trend is None else round(s.trend, 3), s.desired,
                              s.ready, s.processed, s.sent, s.reason, s.message])
+
+
+def _seconds(value: object) -> str:
+    """A figure of the summary in seconds, printed as every duration is; `-` when there is none."""
+    return duration(float(value)) if isinstance(value, int | float) else "-"
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) else 0
 
 
 def run(options: DemoOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from controller.textfmt import duration, offset
+
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40
 
@@ -59,12 +61,12 @@ class LiveView:
     def event(self, elapsed: float, text: str) -> None:
         """Something that happened (a burst sent, a scale); on a terminal it shows in the next frame."""
         if not self.live:
-            print(f"+{elapsed:6.1f}s  {text}", file=self.out, flush=True)
+            print(f"{offset(elapsed)}  {text}", file=self.out, flush=True)
 
     def frame(self, frame: Frame) -> None:
         if not self.live:
             print(
-                f"+{frame.elapsed:6.1f}s  queue {_number(frame.count):>4}  change {_change(frame.change):>9}  "
+                f"{offset(frame.elapsed)}  queue {_number(frame.count):>4}  change {_change(frame.change):>9}  "
                 f"desired {_number(frame.desired):>2}  ready {_number(frame.ready):>2}  "
                 f"processed {frame.processed:>4}/{frame.sent:<4}  {frame.reason}: {frame.message}",
                 file=self.out, flush=True,
@@ -74,7 +76,7 @@ class LiveView:
         desired = frame.desired or 0
         ready = min(frame.ready or 0, desired)
         lines = [
-            f"{self.title}  +{frame.elapsed:.0f}s",
+            f"{self.title}  +{duration(round(frame.elapsed))}",
             f"queue      {_number(frame.count):>5} messages  change {_change(frame.change):>9}  "
             f"{sparkline(frame.counts)}",
             f"workers    desired {desired:>2}  ready {_number(frame.ready):>2}  "

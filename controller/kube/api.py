@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import random
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,7 @@ class KubeApi:
         if user_agent:
             self.api_client.user_agent = user_agent  # audit logs (and tests) can tell replicas apart
         self.timeout = timeout
+        self._certificate_reported = False
         _skip_netrc(self.api_client)
 
     async def close(self) -> None:
@@ -153,12 +155,25 @@ class KubeApi:
         except aio_client.ApiException as exc:
             raise _error_from(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
         except (TimeoutError, OSError) as exc:
-            raise KubeError(0, "Unreachable", f"no answer from the API server ({type(exc).__name__})") from None
+            raise self._no_answer(exc) from None
         except Exception as exc:  # aiohttp's client errors
             if type(exc).__module__.startswith("aiohttp"):
-                raise KubeError(0, "Unreachable", f"no answer from the API server ({type(exc).__name__})") from None
+                raise self._no_answer(exc) from None
             raise
         return result if isinstance(result, dict) else {}
+
+    def _no_answer(self, exc: BaseException) -> KubeError:
+        """The KubeError for a request the API server did not answer; an untrusted certificate says so (once in
+        the log, with what the TLS check said), since retrying cannot fix a kubeconfig that names the wrong CA."""
+        verify_message = _certificate_failure(exc)
+        if verify_message is None:
+            return KubeError(0, "Unreachable", f"no answer from the API server ({type(exc).__name__})")
+        if not self._certificate_reported:
+            self._certificate_reported = True
+            log.error("the API server's TLS certificate is not trusted (%s): check the certificate authority of "
+                      "the kubeconfig (certificate-authority-data) or of the pod's service account", verify_message)
+        return KubeError(0, "CertificateNotTrusted",
+                         f"the API server's TLS certificate is not trusted ({verify_message})")
 
     async def request_with_retries(
         self, method: str, path: str, *, attempts: int = 4, **kwargs: Any
@@ -195,7 +210,7 @@ class KubeApi:
             raise _error_from(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
         except Exception as exc:
             if isinstance(exc, TimeoutError | OSError) or type(exc).__module__.startswith("aiohttp"):
-                raise KubeError(0, "Unreachable", f"no answer from the API server ({type(exc).__name__})") from None
+                raise self._no_answer(exc) from None
             raise
         try:
             if not 200 <= response.status < 300:
@@ -255,6 +270,22 @@ async def _lines(content: Any, limit: int) -> AsyncIterator[bytes]:
 
 
 _PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "WS_PROXY", "WSS_PROXY")
+
+
+def _certificate_failure(exc: BaseException) -> str | None:
+    """What the TLS verification said, if `exc` (or what it wraps, as aiohttp does) is a failed certificate check."""
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            return None
+        wrapped = getattr(seen, "certificate_error", None)  # aiohttp's ClientConnectorCertificateError
+        if isinstance(wrapped, BaseException):
+            seen = wrapped
+            continue
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return str(getattr(seen, "verify_message", None) or seen)
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def _skip_netrc(api_client: aio_client.ApiClient) -> None:

@@ -15,6 +15,7 @@ from controller.policy import Decision, Reason
 from controller.reconciler import TickResult
 from controller.spec import FieldError, QueueScaler
 from controller.targets.base import TargetError
+from controller.textfmt import duration
 
 Status = dict[str, Any]
 
@@ -132,7 +133,7 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
     else:
         what = f"{len(sources)} queue{'s' if len(sources) != 1 else ''}"
         ready = condition("Ready", "True", "Polling",
-                          f"polling {what} every {rule.spec.polling_interval:g}s and scaling "
+                          f"polling {what} every {duration(rule.spec.polling_interval)} and scaling "
                           f"{rule.spec.scale_target_ref.kind} '{rule.spec.scale_target_ref.name}'",
                           generation, now, prior)
     status["conditions"] = [

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from controller.policy import SourceReading
 from controller.reconciler import Reconciler, TickResult
-from controller.simulator.world import PEEK_LIMIT, World
+from controller.simulator.world import PEEK_LIMIT, SimWorld, World
 from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec
 from controller.targets.base import ScaleState, TargetConflict
 
@@ -54,13 +54,18 @@ def _count_mode(spec: SourceSpec) -> str | bool | None:
 
 
 class SimulatedSource:
-    """The `Source` of a rule, reading the simulated queue the way Azure answers."""
+    """The `Source` of a rule, reading the simulated queue the way Azure answers.
+
+    During one of the queue's outages a poll fails: with the outage's error code, or, for a timeout, as the
+    reconciler reports a poll that outlasted its budget (the simulated poll answers at once, so the decision is
+    not delayed by the budget as it would be in a cluster)."""
 
     answers_at_once = True  # no I/O: the reconciler skips the poll timer
 
-    def __init__(self, spec: SourceSpec, world: World) -> None:
+    def __init__(self, spec: SourceSpec, world: World, clock: VirtualClock | None = None) -> None:
         self._spec = spec
         self.world = world
+        self.clock = clock
         # azure-queue's countStrategy "visible" peeks at most 32 messages, then falls back to the approximate count.
         self.visible_only = getattr(spec, "count_strategy", "approximate") == "visible"
         # What the other kinds count (docs/simulator.md, "Queue kinds"): a list's LLEN and a job table's due,
@@ -71,8 +76,15 @@ class SimulatedSource:
     def spec(self) -> SourceSpec:
         return self._spec
 
-    async def poll(self, budget: float) -> SourceReading:  # noqa: ARG002  (answers at once)
+    async def poll(self, budget: float) -> SourceReading:
         world = self.world
+        if world.outages and self.clock is not None and (outage := world.outage_at(self.clock.t)) is not None:
+            label = self._spec.queue_label
+            if outage.failure == "timeout":
+                # The words the reconciler's _poll_one uses when a poll outlasts its budget.
+                return SourceReading.failed("Timeout", f"no answer from queue '{label}' within {budget:g}s")
+            return SourceReading.failed(outage.code, f"queue '{label}': the service answered {outage.code} "
+                                                     f"(simulated outage)")
         if self.count_of is not None:
             return SourceReading.of(self.count_of(world))
         if self.visible_only and world.visible_count < PEEK_LIMIT:
@@ -86,7 +98,7 @@ class SimulatedSource:
 class SimulatedTarget:
     """The `Target` of a rule: the simulated Deployment's scale subresource."""
 
-    def __init__(self, ref: ScaleTargetRef, world: World, clock: VirtualClock) -> None:
+    def __init__(self, ref: ScaleTargetRef, world: SimWorld, clock: VirtualClock) -> None:
         self._ref = ref
         self.world = world
         self.clock = clock
@@ -97,7 +109,7 @@ class SimulatedTarget:
 
     async def read(self) -> ScaleState:
         world = self.world
-        version = str(len(world.tally.scale_actions))
+        version = str(len(world.scale_actions))
         return ScaleState(replicas=world.desired, ready_replicas=world.ready, version=version)
 
     async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
@@ -134,20 +146,47 @@ class RuleError(Exception):
     """A rule the simulator cannot run; the message names the rule and field."""
 
 
+def queue_index(names: tuple[str, ...], queue: str) -> int | None:
+    """Which of the scenario's queues a source or trigger reads: the one of its name (or of its name's last part,
+    so "vhost/orders" or an SQS URL's "orders" find "orders"); None when there is none."""
+    for candidate in (queue, queue.rstrip("/").rsplit("/", 1)[-1]):
+        if candidate in names:
+            return names.index(candidate)
+    return None
+
+
+def source_queues(rule: QueueScaler, names: tuple[str, ...]) -> list[int]:
+    """The scenario queue each of the rule's sources reads; raises RuleError naming the source that has none.
+
+    In a one-queue scenario a one-source rule reads that queue whatever it names, so any rule can be tried."""
+    sources = rule.spec.sources
+    if len(names) == 1 and len(sources) == 1:
+        return [0]
+    found: list[int] = []
+    for index, source in enumerate(sources):
+        queue = queue_index(names, source.queue_label)
+        if queue is None:
+            raise RuleError(
+                f"{rule.name}: spec.sources[{index}]: queue '{source.queue_label}' is none of the scenario's "
+                f"queues ({', '.join(names)}); a rule with several sources needs a scenario with a queue of each "
+                f"source's name (docs/simulator.md, \"Several queues\")"
+            )
+        found.append(queue)
+    return found
+
+
 class RuleAutoscaler:
     """Our controller: the operator's Reconciler, ticking every `pollingInterval` of virtual time."""
 
-    def __init__(self, label: str, rule: QueueScaler, world: World, start_epoch: float) -> None:
-        if len(rule.spec.sources) != 1:
-            raise RuleError(
-                f"{rule.name}: spec.sources: the simulator models one queue; this rule has {len(rule.spec.sources)}"
-            )
+    def __init__(self, label: str, rule: QueueScaler, world: SimWorld, start_epoch: float) -> None:
+        queues = source_queues(rule, world.queue_names)
         self.label = label
         self.clock = VirtualClock(start_epoch)
         self.recorder = TickRecorder()
         self.reconciler = Reconciler(
             rule,
-            [SimulatedSource(rule.spec.sources[0], world)],
+            [SimulatedSource(source, world.queue_world(queue), self.clock)
+             for source, queue in zip(rule.spec.sources, queues, strict=True)],
             SimulatedTarget(rule.spec.scale_target_ref, world, self.clock),
             self.clock,
             reporter=self.recorder,
@@ -166,7 +205,7 @@ class RuleAutoscaler:
 class StaticAutoscaler:
     """A fixed replica count, set once at the start."""
 
-    def __init__(self, label: str, replicas: int, world: World) -> None:
+    def __init__(self, label: str, replicas: int, world: SimWorld) -> None:
         self.label = label
         self.replicas = replicas
         self.world = world
@@ -189,7 +228,7 @@ class AwsTargetTracking:
     SCALE_IN_POINTS = 15
     SCALE_IN_STEP = 0.10
 
-    def __init__(self, label: str, target: float, world: World, max_replicas: int) -> None:
+    def __init__(self, label: str, target: float, world: SimWorld, max_replicas: int) -> None:
         self.label = label
         self.target = target
         self.world = world

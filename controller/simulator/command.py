@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
-from controller.simulator.adapters import AwsTargetTracking, RuleAutoscaler, RuleError, StaticAutoscaler
+import yaml
+
+from controller.simulator.adapters import (
+    AwsTargetTracking,
+    RuleAutoscaler,
+    RuleError,
+    StaticAutoscaler,
+    source_queues,
+)
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, ScaledObjectError, load_scaled_objects
 from controller.simulator.report import format_table, write_html, write_timeline
 from controller.simulator.run import Contender, RunResult, simulate
 from controller.simulator.scenario import Scenario, ScenarioError, library, load_scenario
 from controller.simulator.world import World
 from controller.spec import QueueScaler, SpecError, parse_queuescaler
+from controller.terminal import progress_bar, wants_progress
+from controller.textfmt import duration, plural
 
 DEFAULT_RULE_NAME = "queuescale-default"
 
@@ -30,10 +41,12 @@ class SimulateRequest:
     static: list[int] = field(default_factory=list)
     aws_target: list[float] = field(default_factory=list)
     seed: int | None = None
-    json: bool = False
+    output: str = "table"  # table, wide, json, yaml or name
     timeline: str | None = None
     report: str | None = None
     list: bool = False
+    quiet: bool = False  # no progress bar even on a terminal
+    jobs: int | None = None  # processes for the policies' runs; None: one per CPU
 
 
 class InputError(Exception):
@@ -52,6 +65,8 @@ def default_rule(scenario: Scenario) -> QueueScaler:
     (docs/policy.md).
     """
     workers = scenario.workers
+    # One source per queue of the scenario (their counts summed), each named after its queue.
+    queue_names = [q.name for q in scenario.queues] or ["simulated"]
     doc = {
         "apiVersion": "queuescale.io/v1alpha1",
         "kind": "QueueScaler",
@@ -61,8 +76,9 @@ def default_rule(scenario: Scenario) -> QueueScaler:
             "minReplicas": 0,
             "maxReplicas": workers.max_replicas,
             "pollingInterval": 10,
-            "sources": [{"type": "azure-queue", "queueName": "simulated",
-                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}],
+            "sources": [{"type": "azure-queue", "queueName": name,
+                         "connectionSecretRef": {"name": "simulated", "key": "connection-string"}}
+                        for name in queue_names],
             "policy": {
                 "targetWaitSeconds": scenario.slo_wait,
                 "serviceTime": workers.service_time.average,
@@ -76,11 +92,11 @@ def default_rule(scenario: Scenario) -> QueueScaler:
 
 def load_rules(paths: Sequence[str]) -> list[QueueScaler]:
     import controller.sources  # noqa: F401  (registers the queue kinds with the spec parser)
-    from controller.rulefiles import load_files
+    from controller.rulefiles import load_files, shown_path
 
     result = load_files(list(paths))
     lines = list(result.error_lines())
-    for path in paths:
+    for path in map(shown_path, paths):
         if not any(r.file == path for r in result.rules) and not any(p.file == path for p in result.problems):
             lines.append(f"{path}: no QueueScaler in this file")
     if lines:
@@ -106,10 +122,12 @@ def contenders(
     """Our rules first, then the baselines, each with a unique label."""
     taken: set[str] = set()
     found: list[Contender] = []
+    names = tuple(q.name for q in scenario.all_queues)
     for rule in rules:
-        if len(rule.spec.sources) != 1:
-            raise InputError([f"{rule.name}: spec.sources: the simulator models one queue; "
-                              f"this rule has {len(rule.spec.sources)}"])
+        try:
+            source_queues(rule, names)
+        except RuleError as exc:
+            raise InputError([str(exc)]) from None
         label = _unique(rule.name, taken)
 
         def build_rule(world: World, rule: QueueScaler = rule, label: str = label) -> RuleAutoscaler:
@@ -140,24 +158,6 @@ def contenders(
     return found
 
 
-class ProgressBar:
-    """A one-line progress bar on a terminal."""
-
-    def __init__(self, stream: TextIO) -> None:
-        self.stream = stream
-        self.shown = -1
-
-    def __call__(self, fraction: float) -> None:
-        percent = int(fraction * 100)
-        if percent == self.shown:
-            return
-        self.shown = percent
-        filled = percent * 30 // 100
-        end = "\n" if percent >= 100 else ""
-        self.stream.write(f"\rsimulating [{'#' * filled}{' ' * (30 - filled)}] {percent:3d}%{end}")
-        self.stream.flush()
-
-
 def list_scenarios() -> str:
     scenarios = library()
     width = max(len(name) for name in scenarios)
@@ -181,16 +181,23 @@ def run(request: SimulateRequest, out: TextIO = sys.stdout, err: TextIO = sys.st
     except (SpecError, RuleError) as exc:
         print(str(exc), file=err)
         return 1
-    if request.json:
-        json.dump({r.label: r.metrics.to_json() for r in results}, out, indent=2)
+    metrics = {r.label: r.metrics.to_json() for r in results}
+    if request.output == "json":
+        json.dump(metrics, out, indent=2)
         out.write("\n")
+    elif request.output == "yaml":
+        out.write(yaml.safe_dump(metrics, sort_keys=False))
+    elif request.output == "name":
+        out.writelines(f"{r.label}\n" for r in results)
     else:
-        print(format_table(scenario, results), file=out)
+        print(format_table(scenario, results, wide=request.output == "wide"), file=out)
     try:
         if request.timeline:
             write_timeline(Path(request.timeline), results)
+            print(f"timeline: {request.timeline}", file=err)
         if request.report:
             write_html(Path(request.report), scenario, results)
+            print(f"report: {request.report}", file=err)
     except OSError as exc:
         print(f"cannot write {exc.filename}: {exc.strerror}", file=err)
         return 1
@@ -215,6 +222,9 @@ def _run(request: SimulateRequest, err: TextIO) -> tuple[list[RunResult], Scenar
     rules = load_rules(request.policies) if request.policies else [default_rule(scenario)]
     scaled_objects = [so for path in request.keda for so in load_scaled_objects(path)]
     chosen = contenders(scenario, rules, scaled_objects, request.static, request.aws_target)
-    progress = ProgressBar(err) if err.isatty() and scenario.duration * len(chosen) >= 86400 else None
     record = bool(request.timeline or request.report)
-    return simulate(scenario, chosen, record_timeline=record, progress=progress), scenario
+    label = f"simulating {scenario.name} ({duration(scenario.duration)}, {plural(len(chosen), 'policy', 'policies')})"
+    with progress_bar(err, label, 1.0, shown=wants_progress(err, request.quiet)) as bar:
+        results = simulate(scenario, chosen, record_timeline=record, progress=bar.advance_to if bar.shown else None,
+                           jobs=request.jobs or os.cpu_count() or 1)
+    return results, scenario

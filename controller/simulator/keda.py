@@ -26,12 +26,11 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 import yaml
 
-from controller.simulator.world import PEEK_LIMIT, World
+from controller.simulator.world import PEEK_LIMIT, MultiQueueWorld, SimWorld, World
 from controller.spec import FieldError, Fields, SpecError
 
 HPA_SYNC = 15
@@ -87,6 +86,19 @@ class AzureQueueTrigger:
     use_cached_metrics: bool = False
 
 
+FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower")
+
+
+@dataclass(frozen=True)
+class KedaFallback:
+    """`spec.fallback` (keda apis/keda/v1alpha1 Fallback): after more than `failure_threshold` failed reads of a
+    trigger, KEDA answers `replicas` x the trigger's target instead of an error (pkg/fallback/fallback.go)."""
+
+    failure_threshold: int
+    replicas: int
+    behavior: str = "static"
+
+
 @dataclass(frozen=True)
 class ScaledObject:
     name: str
@@ -99,6 +111,7 @@ class ScaledObject:
     triggers: tuple[AzureQueueTrigger, ...] = ()
     behavior: HpaBehavior | None = None  # None: KEDA creates the HPA with `behavior: nil` (the legacy path)
     kubernetes_version: tuple[int, int] = NEWEST_KUBERNETES
+    fallback: KedaFallback | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -268,11 +281,20 @@ def parse_scaled_object(doc: object) -> ScaledObject:
     idle_bound = max(1, minimum) if s.has("minReplicaCount") else 0
     if idle is not None and idle >= idle_bound:
         s.error("idleReplicaCount", f"must be less than minReplicaCount ({idle_bound}), got {idle}")
-    fallback = s.child("fallback")  # read for validation; the simulated queue never fails, so it never applies
-    fallback.integer("failureThreshold", 3, minimum=1)
-    fallback.integer("replicas", 0, minimum=0)
-    fallback.read.update({"behavior"})
-    fallback.finish()
+    fallback: KedaFallback | None = None
+    if s.has("fallback"):
+        # Both are int32 without omitempty in the Go type, so the CRD requires them; its schema says minimum 0.
+        f_fallback = s.child("fallback")
+        behavior_name = f_fallback.choice("behavior", (*FALLBACK_BEHAVIORS, "scalingModifiers"), "static")
+        if behavior_name == "scalingModifiers":
+            f_fallback.error("behavior", "scalingModifiers is not supported by the simulator")
+            behavior_name = "static"
+        fallback = KedaFallback(
+            failure_threshold=f_fallback.integer("failureThreshold", minimum=0, maximum=INT32_MAX),
+            replicas=f_fallback.integer("replicas", minimum=0, maximum=INT32_MAX),
+            behavior=behavior_name,
+        )
+        f_fallback.finish()
     advanced = s.child("advanced")
     advanced.boolean("restoreToOriginalReplicaCount", False)
     if advanced.has("scalingModifiers"):
@@ -300,6 +322,7 @@ def parse_scaled_object(doc: object) -> ScaledObject:
         # keda controllers/keda/hpa.go copies the behavior as is, and nil when the ScaledObject has none.
         behavior=behavior if behavior_given else None,
         kubernetes_version=version,
+        fallback=fallback,
     )
     s.finish()
     f.read.add("status")
@@ -316,9 +339,11 @@ class ScaledObjectError(Exception):
 
 
 def load_scaled_objects(path: str) -> list[ScaledObject]:
-    """Every ScaledObject in a YAML file (other kinds are skipped); raises ScaledObjectError."""
+    """Every ScaledObject in a YAML file (`-`: standard input; other kinds are skipped); raises ScaledObjectError."""
+    from controller.rulefiles import read_input
+
     try:
-        docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+        docs = list(yaml.safe_load_all(read_input(path)))
     except OSError as exc:
         raise ScaledObjectError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     except yaml.YAMLError:
@@ -524,17 +549,42 @@ def convert_desired_replicas_with_behavior_rate(
 # The emulation
 
 
+def _trigger_queues(scaled: ScaledObject, world: SimWorld) -> list[World]:
+    """The queue each trigger reads: by its queueName when the scenario has several; raises SpecError."""
+    if not isinstance(world, MultiQueueWorld):
+        return [world] * len(scaled.triggers)  # one queue: every trigger reads it
+    names = world.queue_names
+    found: list[World] = []
+    errors: list[FieldError] = []
+    for index, trigger in enumerate(scaled.triggers):
+        if trigger.queue_name in names:
+            found.append(world.queue_world(names.index(trigger.queue_name)))
+        else:
+            errors.append(FieldError(
+                f"{scaled.name}: spec.triggers[{index}].metadata.queueName",
+                f"'{trigger.queue_name}' is none of the scenario's queues ({', '.join(names)})",
+            ))
+    if errors:
+        raise SpecError(errors)
+    return found
+
+
 class KedaAutoscaler:
     """KEDA's polling loop and the HPA's sync loop acting on the simulated Deployment."""
 
-    def __init__(self, label: str, scaled: ScaledObject, world: World) -> None:
+    def __init__(self, label: str, scaled: ScaledObject, world: SimWorld) -> None:
         self.label = label
         self.scaled = scaled
         self.world = world
+        self.trigger_queues = _trigger_queues(scaled, world)
         self.hpa_min = max(1, scaled.min_replicas)
         self.hpa_max = scaled.max_replicas
         self.last_active: int | None = None
-        self.cached_counts: list[int] = [0] * len(scaled.triggers)
+        # useCachedMetrics: each trigger's record of KEDA's last poll, a metric (milli-units) or None for an error
+        self.cached: list[int | None] = [0] * len(scaled.triggers)
+        # status.health[metric].numberOfFailures, kept only with a fallback (fallback.go GetMetricsWithFallback)
+        self.failures: list[int] = [0] * len(scaled.triggers)
+        self.fallback_active = False
         self.recommendations: list[tuple[float, int]] | None = None  # None until the HPA's first sync
         self.scale_up_events: list[tuple[float, int]] = []  # (time, pods added)
         self.scale_down_events: list[tuple[float, int]] = []  # (time, pods removed)
@@ -554,11 +604,44 @@ class KedaAutoscaler:
             (p.period for d in (behavior.scale_up, behavior.scale_down) for p in d.policies), default=0
         ) if behavior is not None else 0
 
-    def _count(self, trigger: AzureQueueTrigger) -> int:
-        world = self.world
+    def _count(self, trigger: AzureQueueTrigger, index: int = 0, t: int | None = None) -> int | None:
+        """The trigger's queue count (GetAzureQueueLength); None when the read fails (an outage at `t`)."""
+        world = self.trigger_queues[index]
+        if t is not None and getattr(world, "outages", None) and world.outage_at(t) is not None:
+            return None  # an error or a timeout: either way the scaler returns an error
         if trigger.strategy == "visibleonly" and world.visible_count < PEEK_LIMIT:
             return world.visible_count
         return world.approximate_count
+
+    def metric_with_fallback(self, index: int, usage: int | None) -> tuple[int | None, bool]:
+        """fallback.go GetMetricsWithFallback for trigger `index`: the metric (milli-units) or None for the error
+        passed on, and whether the fallback answered. Each call counts: KEDA's polls and the HPA's reads both
+        go through it (scale_handler.go getScalerState and GetScaledObjectMetrics)."""
+        fallback = self.scaled.fallback
+        if usage is not None:
+            if fallback is not None:
+                self.failures[index] = 0  # UpdateHealthStatus: Happy, numberOfFailures 0
+            return usage, False
+        if fallback is None:
+            return None, False
+        self.failures[index] += 1  # IncrementFailure
+        if self.failures[index] <= fallback.failure_threshold:
+            return None, False
+        current = self.world.desired  # resolver.GetCurrentReplicas: the scale subresource's spec.replicas
+        replicas: float = fallback.replicas
+        if fallback.behavior == "currentReplicas":
+            replicas = current
+        elif fallback.behavior == "currentReplicasIfHigher":
+            replicas = max(current, fallback.replicas)
+        elif fallback.behavior == "currentReplicasIfLower":
+            replicas = min(current, fallback.replicas)
+        trigger = self.scaled.triggers[index]
+        if trigger.metric_type == "Value":
+            ready = self.world.ready  # getReadyReplicasCount
+            if ready == 0:
+                return None, False  # "readyReplicas is zero, cannot do fallback": an error
+            replicas /= ready
+        return int(trigger.queue_length * 1000 * replicas), True
 
     async def act(self, t: int) -> None:
         if t >= self.keda_next:
@@ -577,26 +660,39 @@ class KedaAutoscaler:
         return self.last_active + self.scaled.cooldown_period <= t
 
     def keda_poll(self, t: int) -> None:
+        """scale_handler.go checkScalers -> getScaledObjectState, then executor RequestScale."""
         scaled = self.scaled
-        counts = [self._count(trigger) for trigger in scaled.triggers]
-        self.cached_counts = counts
-        active = any(c > trigger.activation_queue_length for c, trigger in zip(counts, scaled.triggers, strict=True))
+        active = error = fallback_active = False
+        for index, trigger in enumerate(scaled.triggers):
+            count = self._count(trigger, index, t)
+            metric, answered_by_fallback = self.metric_with_fallback(index, None if count is None else count * 1000)
+            self.cached[index] = metric
+            if metric is None:
+                error = True
+            elif answered_by_fallback or (count is not None and count > trigger.activation_queue_length):
+                active = True  # getScalerState: a trigger answered by the fallback counts as active
+            fallback_active = fallback_active or answered_by_fallback
+        self.fallback_active = fallback_active
         current = self.world.desired
         idle = scaled.idle_replicas
         if active:
             if (idle is not None and current < scaled.min_replicas) or current == 0:
                 self.world.set_desired(scaled.min_replicas if scaled.min_replicas > 0 else 1, t)
-            self.last_active = t
+                self.last_active = t
+            elif not error:
+                self.last_active = t  # with a trigger in error ("PartialTriggerError") lastActiveTime stays
             return
+        if error and (scaled.fallback is None or scaled.fallback.replicas != 0):
+            return  # no scale to zero or idle on an error: the fallback (if any) is left to the HPA
         if (idle is not None and current > idle) or (current > 0 and scaled.min_replicas == 0):
             if self._cooled_down(t):
                 self.world.set_desired(idle if idle is not None else scaled.min_replicas, t)
         elif idle is None and current < scaled.min_replicas:
             self.world.set_desired(scaled.min_replicas, t)
 
-    def _metric_proposal(self, trigger: AzureQueueTrigger, count: int, current: int) -> int:
+    def _metric_proposal(self, trigger: AzureQueueTrigger, usage: int, current: int) -> int:
         # KEDA reports the count in milli-units and its target as a whole quantity: both go to the HPA in milli.
-        usage, target = count * 1000, trigger.queue_length * 1000
+        target = trigger.queue_length * 1000
         if trigger.metric_type == "Value":
             return external_metric_replicas(current, target, usage, self.tolerances, self.world.ready)
         # status.replicas counts the pods that exist, starting ones included: in the simulator, the desired count.
@@ -613,12 +709,22 @@ class KedaAutoscaler:
         elif current < self.hpa_min:
             desired = self.hpa_min
         else:
-            raw = max(
-                self._metric_proposal(
-                    trigger, self.cached_counts[i] if trigger.use_cached_metrics else self._count(trigger), current
-                )
-                for i, trigger in enumerate(self.scaled.triggers)
-            )
+            proposals: list[int] = []
+            for index, trigger in enumerate(self.scaled.triggers):
+                if trigger.use_cached_metrics:
+                    usage = self.cached[index]  # the record of KEDA's last poll, run through the fallback again
+                else:
+                    count = self._count(trigger, index, t)
+                    usage = None if count is None else count * 1000
+                metric, _ = self.metric_with_fallback(index, usage)
+                if metric is not None:
+                    proposals.append(self._metric_proposal(trigger, metric, current))
+            raw = max(proposals, default=0)
+            # horizontal.go computeReplicasForMetrics: with every metric invalid, or some invalid and the valid
+            # ones proposing fewer replicas, the sync fails: no recommendation is kept and nothing is scaled.
+            invalid = len(self.scaled.triggers) - len(proposals)
+            if invalid == len(self.scaled.triggers) or (invalid and raw < current):
+                return
             desired = self.normalize(t, current, raw)
         if desired == current:
             return

@@ -11,6 +11,7 @@ from pathlib import Path
 from controller.simulator.run import Metrics, RunResult, percentile
 from controller.simulator.scenario import Scenario
 from controller.simulator.world import Sample
+from controller.textfmt import duration
 
 TIMELINE_COLUMNS = ("t", "policy", "arrivals", "visible", "approximate_count", "in_flight", "desired",
                     "ready_replicas")
@@ -38,7 +39,15 @@ ROWS: tuple[tuple[str, str, bool | None], ...] = (
     ("burst_first_scale_out_mean", "burst -> first scale-out (s, mean)", True),
     ("burst_enough_capacity_mean", "burst -> enough capacity (s, mean)", True),
     ("bursts_short_of_capacity", "bursts never given enough capacity", True),
+    ("outage_replicas_min", "replicas while polls failed (min)", None),
+    ("outage_replicas_max", "replicas while polls failed (max)", None),
 )
+
+# Dash patterns by series, so two series on the same values show both colours (the first is solid).
+DASHES = ("", "8 5", "2 4", "12 4 3 4", "5 3", "1 3", "9 3 2 3 2 3")
+# More samples than buckets of this many pixels are averaged per bucket.
+AGGREGATE_PIXELS = 2
+ROUND_BUCKETS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
           "#7f7f7f")
@@ -61,18 +70,27 @@ def _metric(metrics: Metrics, key: str) -> object:
     return value
 
 
-def format_table(scenario: Scenario, results: Sequence[RunResult]) -> str:
-    """One column per policy, one row per metric."""
+def scenario_facts(scenario: Scenario) -> str:
+    """The scenario's length, seed, objective, workers and queue, in one line."""
+    w = scenario.workers
+    return (
+        f"{duration(scenario.duration)}, seed {scenario.seed}, SLO wait {duration(scenario.slo_wait)}; "
+        f"workers: start-up {duration(w.startup_delay)}, service {w.service_time.distribution} mean "
+        f"{duration(w.service_time.average)}, {w.concurrency} per pod, scale-in {w.scale_in}; "
+        f"queue: visibility timeout {duration(scenario.queue.visibility_timeout)}"
+    )
+
+
+def format_table(scenario: Scenario, results: Sequence[RunResult], *, wide: bool = False) -> str:
+    """One column per policy, one row per metric; `wide` also says the scenario's workers and queue."""
     header = ["", *(r.label for r in results)]
     rows = [header]
     for key, heading, _better in ROWS:
         rows.append([heading, *(_fmt(_metric(r.metrics, key)) for r in results)])
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = [
-        f"scenario {scenario.name}: {scenario.duration / 3600:g} h, seed {scenario.seed}, "
-        f"SLO wait {scenario.slo_wait:g} s",
-        "",
-    ]
+    head = (scenario_facts(scenario) if wide
+            else f"{duration(scenario.duration)}, seed {scenario.seed}, SLO wait {duration(scenario.slo_wait)}")
+    lines = [f"scenario {scenario.name}: {head}", ""]
     for index, row in enumerate(rows):
         cells = [row[0].ljust(widths[0]), *(cell.rjust(widths[i + 1]) for i, cell in enumerate(row[1:]))]
         lines.append("  ".join(cells).rstrip())
@@ -122,8 +140,16 @@ def line_chart(
     height: int = 260,
     step: bool = False,
     log_x: bool = False,
+    y_limit: float | None = None,
+    x_unit_seconds: float | None = None,
 ) -> str:
-    """An SVG line chart: each series is (label, colour, xs, ys); `log_x` plots x on log10 (x < 1 as 1)."""
+    """An SVG line chart: each series is (label, colour, xs, ys); `log_x` plots x on log10 (x < 1 as 1).
+
+    Series that coincide stay visible: each has its own dash pattern and the earlier ones are drawn wider, so a
+    line on top of another shows both colours. More points than pixels are averaged per bucket of two pixels
+    (a week of per-minute samples would otherwise be a solid block of ink), and the title says over what
+    (`x_unit_seconds`: how many seconds one unit of x is). `y_limit` fixes the top of the axis (100 for a share).
+    """
     if log_x:
         series = [(label, colour, [math.log10(max(x, 1.0)) for x in xs], ys) for label, colour, xs, ys in series]
     legend_rows = (len(series) + 3) // 4
@@ -135,8 +161,23 @@ def line_chart(
     y_max = max(ys_all) or 1.0
     if x_max <= x_min:
         x_max = x_min + 1
-    y_step = _nice_step(y_max)
-    y_top = y_step * (int(y_max / y_step) + 1)
+    buckets = plot_w // AGGREGATE_PIXELS
+    bucket_width = (x_max - x_min) / buckets
+    if x_unit_seconds:  # a round bucket, to be said in the title: 30m rather than 24m35s
+        seconds = next((b for b in ROUND_BUCKETS if b >= bucket_width * x_unit_seconds), ROUND_BUCKETS[-1])
+        bucket_width = seconds / x_unit_seconds
+    aggregated = not log_x and any(len(xs) > buckets for _, _, xs, _ in series)
+    if aggregated:
+        series = [(label, colour, *aggregate(xs, ys, x_min, bucket_width)) for label, colour, xs, ys in series]
+        step = False  # a mean of replica counts is not a count: joined, not stepped
+        if x_unit_seconds is not None:
+            title = f"{title}, mean per {duration(bucket_width * x_unit_seconds)}"
+    if y_limit is not None:
+        y_step = _nice_step(y_limit)
+        y_top = y_limit
+    else:
+        y_step = _nice_step(y_max)
+        y_top = y_step * (int(y_max / y_step) + 1)
 
     def px(x: float) -> float:
         return left + (x - x_min) / (x_max - x_min) * plot_w
@@ -178,14 +219,29 @@ def line_chart(
                 points.append(f"{px(xv):.1f},{py(previous):.1f}")
             points.append(f"{px(xv):.1f},{py(yv):.1f}")
             previous = yv
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="1.5" points="{" ".join(points)}">'
+        dash = DASHES[index % len(DASHES)]
+        stroke = f'stroke="{colour}" stroke-width="{max(1.5, 3.0 - 0.5 * index):g}"' + (
+            f' stroke-dasharray="{dash}"' if dash else "")
+        parts.append(f'<polyline fill="none" {stroke} points="{" ".join(points)}">'
                      f"<title>{html.escape(label)}</title></polyline>")
         legend_x = left + (index % 4) * 210
         legend_y = 34 + (index // 4) * 14
-        parts.append(f'<rect x="{legend_x}" y="{legend_y - 8}" width="10" height="10" fill="{colour}"/>')
-        parts.append(f'<text x="{legend_x + 14}" y="{legend_y + 1}" font-size="11">{html.escape(label)}</text>')
+        parts.append(f'<line x1="{legend_x}" x2="{legend_x + 22}" y1="{legend_y - 3}" y2="{legend_y - 3}" {stroke}/>')
+        parts.append(f'<text x="{legend_x + 26}" y="{legend_y + 1}" font-size="11">{html.escape(label)}</text>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def aggregate(xs: Sequence[float], ys: Sequence[float], x_min: float, width: float) -> tuple[list[float], list[float]]:
+    """The mean of `ys` in each bucket of x of `width` from `x_min`, at the bucket's mean x; empty buckets skipped."""
+    sums: dict[int, list[float]] = {}
+    for x, y in zip(xs, ys, strict=True):
+        bucket = sums.setdefault(int((x - x_min) / width) if width > 0 else 0, [0.0, 0.0, 0.0])
+        bucket[0] += x
+        bucket[1] += y
+        bucket[2] += 1
+    ordered = [sums[key] for key in sorted(sums)]
+    return [b[0] / b[2] for b in ordered], [b[1] / b[2] for b in ordered]
 
 
 def _time_axis(scenario: Scenario) -> tuple[float, str]:
@@ -223,7 +279,18 @@ def wait_cdf_chart(results: Sequence[RunResult]) -> str:
         series.append((r.label, COLORS[i % len(COLORS)], xs, ys))
     return line_chart("Message wait: share of deliveries that waited at most x", series,
                       x_label="wait (seconds, log scale), up to the worst policy's p99.9", y_label="% of deliveries",
-                      step=True, log_x=True)
+                      step=True, log_x=True, y_limit=100.0)
+
+
+def best_columns(values: Sequence[object], lower_better: bool | None) -> list[bool]:
+    """Which cells of a row hold its best value, as shown: every column that ties for it (0.1 + 0.2 and 0.3 both
+    print 0.30), none when the row has no better direction or every column shows the same."""
+    shown = [_fmt(v) for v in values]
+    numbers = [(float(v), text) for v, text in zip(values, shown, strict=True) if isinstance(v, int | float)]
+    if lower_better is None or len({text for _, text in numbers}) < 2:
+        return [False] * len(values)
+    best = (min if lower_better else max)(numbers)[1]
+    return [text == best and isinstance(v, int | float) for v, text in zip(values, shown, strict=True)]
 
 
 def _metrics_table(results: Sequence[RunResult]) -> str:
@@ -231,13 +298,8 @@ def _metrics_table(results: Sequence[RunResult]) -> str:
     body = []
     for key, heading, lower_better in ROWS:
         values = [_metric(r.metrics, key) for r in results]
-        numbers = [v for v in values if isinstance(v, int | float)]
-        best = None
-        if lower_better is not None and len(numbers) > 1 and len(set(numbers)) > 1:
-            best = min(numbers) if lower_better else max(numbers)
-        cells = "".join(
-            f'<td class="{"best" if best is not None and v == best else ""}">{_fmt(v)}</td>' for v in values
-        )
+        cells = "".join(f'<td class="{"best" if best else ""}">{_fmt(v)}</td>'
+                        for v, best in zip(values, best_columns(values, lower_better), strict=True))
         body.append(f"<tr><th>{html.escape(heading)}</th>{cells}</tr>")
     return f'<table><thead><tr><th></th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
@@ -249,24 +311,18 @@ def render_html(scenario: Scenario, results: Sequence[RunResult]) -> str:
         "Arrivals (messages per sample)",
         [("arrivals", "#555", [s.t / divisor for s in r.timeline], [float(s.arrivals) for s in r.timeline])
          for r in first],
-        x_label=x_label, y_label="messages",
+        x_label=x_label, y_label="messages", x_unit_seconds=divisor,
     )
     backlog = line_chart("Backlog: visible messages waiting", _series(results, divisor, lambda s: s.visible),
-                         x_label=x_label, y_label="messages")
+                         x_label=x_label, y_label="messages", x_unit_seconds=divisor)
     count = line_chart("Approximate count (what a count-based autoscaler sees)",
                        _series(results, divisor, lambda s: s.approximate_count), x_label=x_label,
-                       y_label="messages")
+                       y_label="messages", x_unit_seconds=divisor)
     replicas = line_chart("Replicas asked for", _series(results, divisor, lambda s: s.desired), x_label=x_label,
-                          y_label="replicas", step=True)
+                          y_label="replicas", step=True, x_unit_seconds=divisor)
     ready = line_chart("Ready replicas", _series(results, divisor, lambda s: s.ready_replicas), x_label=x_label,
-                       y_label="replicas", step=True)
-    w = scenario.workers
-    facts = (
-        f"{scenario.duration / 3600:g} h, seed {scenario.seed}, SLO wait {scenario.slo_wait:g} s; "
-        f"workers: start-up {w.startup_delay:g} s, service {w.service_time.distribution} mean "
-        f"{w.service_time.average:g} s, {w.concurrency} per pod, scale-in {w.scale_in}; "
-        f"queue: visibility timeout {scenario.queue.visibility_timeout:g} s"
-    )
+                       y_label="replicas", step=True, x_unit_seconds=divisor)
+    facts = scenario_facts(scenario)
     title = f"queuescale simulation: {scenario.name}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
@@ -283,7 +339,8 @@ svg {{ display: block; margin: 8px 0 20px; }}
 <p>{html.escape(scenario.description)}</p>
 <p class="facts">{html.escape(facts)}</p>
 <h2>Metrics</h2>
-<p>Best value per row highlighted (for rows where lower or higher is better).</p>
+<p>Best value per row highlighted, in every column that ties for it (for rows where lower or higher is better,
+and some column differs).</p>
 {_metrics_table(results)}
 <h2>Over time</h2>
 {arrivals}

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import math
+import multiprocessing
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Protocol
+from typing import Protocol, cast
 
 from controller.simulator.adapters import TickRecord
 from controller.simulator.scenario import ArrivalPlan, Burst, Scenario, plan_arrivals
-from controller.simulator.world import Sample, World
+from controller.simulator.world import MultiQueueWorld, Sample, SimWorld, World
 
 MAX_SAMPLES = 4000
 
@@ -35,6 +36,8 @@ class Contender:
     """A policy to compare: its label and how to build its autoscaler on a fresh world."""
 
     label: str
+    # A scenario with several queues hands it a MultiQueueWorld, which answers all an autoscaler reads of a World
+    # (counts, replicas, set_desired, queue_world): kept as World so that builders written for one queue still fit.
     build: Callable[[World], Autoscaler]
     initial_replicas: int | None = None  # None: the scenario's workers.initialReplicas
 
@@ -53,6 +56,21 @@ class BurstReaction:
     needed_replicas: int
     first_scale_out: float | None
     enough_capacity: float | None
+
+
+@dataclass(frozen=True)
+class OutageReport:
+    """What a policy did while a queue's polls failed: the Deployment's replicas (as set) over the window."""
+
+    queue: str
+    start: float
+    end: float
+    failure: str  # "error" (with its code) or "timeout"
+    replicas_at_start: int  # just before the window
+    replicas_min: int
+    replicas_max: int
+    replicas_at_end: int  # in the window's last second
+    first_scale: float | None  # seconds from the start to the first scale during the window; None: none
 
 
 @dataclass(frozen=True)
@@ -80,10 +98,14 @@ class Metrics:
     burst_enough_capacity_mean: float | None
     bursts_short_of_capacity: int  # bursts during which the needed replicas were never ready
     bursts: tuple[BurstReaction, ...] = ()
+    outage_replicas_min: int | None = None  # over every outage window; None: the scenario has none
+    outage_replicas_max: int | None = None
+    outages: tuple[OutageReport, ...] = ()
 
     def to_json(self) -> dict[str, object]:
         data = asdict(self)
         data["bursts"] = [asdict(b) for b in self.bursts]
+        data["outages"] = [asdict(o) for o in self.outages]
         return data
 
 
@@ -118,6 +140,54 @@ def percentile(histogram: dict[int, int], fraction: float) -> float:
     return float(max(histogram))
 
 
+def outage_reports(scenario: Scenario, initial: int, scale_actions: Sequence[tuple[int, int, int]],
+                   ) -> tuple[OutageReport, ...]:
+    """Each outage window with the replicas the policy set during it (from the scale actions)."""
+    reports = []
+    for queue, outage in scenario.outages:
+        start, end = math.ceil(outage.start), math.ceil(min(outage.end, scenario.duration))
+        # The replicas just before the window, then each scale within it (a scale in the window's first second
+        # already answers a failed poll: the policies act before the world steps).
+        at_start = initial
+        seen: list[int] = []
+        first: float | None = None
+        for t, _, to in scale_actions:
+            if t < start:
+                at_start = to
+            elif t < end:
+                seen.append(to)
+                if first is None:
+                    first = float(t - outage.start)
+        values = [at_start, *seen]
+        reports.append(OutageReport(
+            queue=queue, start=outage.start, end=outage.end,
+            failure=outage.failure if outage.failure == "timeout" else f"error {outage.code}",
+            replicas_at_start=at_start, replicas_min=min(values), replicas_max=max(values),
+            replicas_at_end=values[-1], first_scale=first,
+        ))
+    return tuple(reports)
+
+
+def build_world(scenario: Scenario, initial_replicas: int) -> SimWorld:
+    """A fresh world for the scenario: one queue, or several sharing the workers."""
+    workers = scenario.workers
+    queues = scenario.all_queues
+    world: SimWorld
+    if len(queues) == 1:
+        world = World(
+            scenario.queue, workers, workers.service_time.table(), scenario.seed,
+            slo_wait=scenario.slo_wait, initial_replicas=initial_replicas, name=queues[0].name,
+        )
+    else:
+        world = MultiQueueWorld(
+            [(q.name, q.params) for q in queues], workers, workers.service_time.table(), scenario.seed,
+            slo_wait=scenario.slo_wait, initial_replicas=initial_replicas,
+        )
+    for index, queue in enumerate(queues):
+        world.queue_world(index).outages = queue.outages
+    return world
+
+
 async def run_one(
     scenario: Scenario,
     plan: ArrivalPlan,
@@ -129,13 +199,13 @@ async def run_one(
     """Simulate one policy over the whole scenario."""
     workers = scenario.workers
     initial = workers.initial_replicas if contender.initial_replicas is None else contender.initial_replicas
-    world = World(
-        scenario.queue, workers, workers.service_time.table(), scenario.seed,
-        slo_wait=scenario.slo_wait, initial_replicas=initial,
-    )
-    autoscaler = contender.build(world)
+    world = build_world(scenario, initial)
+    autoscaler = contender.build(cast(World, world))
     steps = scenario.steps
-    streams = [(math.ceil(delay), counts) for delay, counts in plan.streams]
+    streams = [
+        (math.ceil(delay), counts, index)
+        for index in range(len(scenario.all_queues)) for delay, counts in plan.streams_of(index)
+    ]
     single = streams[0][1] if len(streams) == 1 and streams[0][0] == 0 else None
     every = max(1, math.ceil(steps / MAX_SAMPLES)) if record_timeline else 0
     timeline: list[Sample] = []
@@ -149,9 +219,16 @@ async def run_one(
     put = world.put
     step = world.step
 
+    # The loop runs once per simulated second: what it tests is kept in locals, each the next second it matters.
+    act = autoscaler.act
+    next_act = autoscaler.next_at
+    inf = math.inf
+    next_burst = bursts[0] if bursts else inf
+    next_report = 0 if progress is not None else steps
     for t in range(steps):
-        if t >= autoscaler.next_at:
-            await autoscaler.act(t)
+        if t >= next_act:
+            await act(t)
+            next_act = autoscaler.next_at
             if world.desired > peak:
                 peak = world.desired
         if single is not None:
@@ -160,26 +237,29 @@ async def run_one(
                 put(t, n)
         else:
             n = 0
-            for delay, counts in streams:
+            for delay, counts, queue in streams:
                 if counts[t]:
-                    put(t, counts[t], delay)
+                    put(t, counts[t], delay, queue)
                     n += counts[t]
         step(t)
-        if burst_index < len(bursts) and t >= bursts[burst_index]:
-            if world.ready >= needed[bursts[burst_index]]:
-                enough[bursts[burst_index]] = t - bursts[burst_index]
+        if t >= next_burst:
+            if world.ready >= needed[next_burst]:
+                enough[next_burst] = t - next_burst
                 burst_index += 1
             elif burst_index + 1 < len(bursts) and t >= bursts[burst_index + 1]:
                 burst_index += 1  # the next burst began before this one was absorbed
+            next_burst = bursts[burst_index] if burst_index < len(bursts) else inf
         if every:
             sampled_arrivals += n
             if (t + 1) % every == 0 or t == steps - 1:  # arrivals since the previous row, through t
                 timeline.append(world.sample(t, sampled_arrivals))
                 sampled_arrivals = 0
-        if progress is not None and t % report_every == 0:
+        if t >= next_report:
+            assert progress is not None
             progress(t)
+            next_report += report_every
 
-    tally = world.tally
+    tally = world.totals()
     reactions = []
     starts = plan.burst_starts
     for index, start in enumerate(starts):
@@ -194,6 +274,7 @@ async def run_one(
         ))
     outs = [r.first_scale_out for r in reactions if r.first_scale_out is not None]
     caps = [r.enough_capacity for r in reactions if r.enough_capacity is not None]
+    outages = outage_reports(scenario, initial, tally.scale_actions)
     histogram = tally.wait_histogram
     delivered = sum(histogram.values())
     busy = tally.busy_slot_seconds / workers.concurrency
@@ -221,6 +302,9 @@ async def run_one(
         burst_enough_capacity_mean=round(sum(caps) / len(caps), 1) if caps else None,
         bursts_short_of_capacity=sum(1 for r in reactions if r.enough_capacity is None),
         bursts=tuple(reactions),
+        outage_replicas_min=min((o.replicas_min for o in outages), default=None),
+        outage_replicas_max=max((o.replicas_max for o in outages), default=None),
+        outages=outages,
     )
     ticks: list[TickRecord] = list(getattr(getattr(autoscaler, "recorder", None), "ticks", []))
     return RunResult(
@@ -229,15 +313,31 @@ async def run_one(
     )
 
 
+# What the forked workers of a parallel run read: set just before the pool forks, so closures (the contenders'
+# builders) need no pickling; only the results travel back.
+_FORKED: tuple[Scenario, ArrivalPlan, Sequence[Contender], bool] | None = None
+
+
+def _run_forked(index: int) -> tuple[int, RunResult]:
+    assert _FORKED is not None
+    scenario, plan, contenders, record = _FORKED
+    return index, asyncio.run(run_one(scenario, plan, contenders[index], record_timeline=record))
+
+
 def simulate(
     scenario: Scenario,
     contenders: Sequence[Contender],
     *,
     record_timeline: bool = False,
     progress: Callable[[float], None] | None = None,
+    jobs: int = 1,
 ) -> list[RunResult]:
-    """Every contender on the same arrivals (one plan, one seed), in one event loop."""
+    """Every contender on the same arrivals (one plan, one seed): in one event loop, or with `jobs` > 1 in that
+    many processes (each contender's run is independent, so the results are the same either way)."""
     plan = plan_arrivals(scenario)
+    jobs = min(jobs, len(contenders))
+    if jobs > 1 and "fork" in multiprocessing.get_all_start_methods():
+        return _simulate_in_processes(scenario, plan, contenders, record_timeline, progress, jobs)
 
     async def run_all() -> list[RunResult]:
         results = []
@@ -253,3 +353,21 @@ def simulate(
         return results
 
     return asyncio.run(run_all())
+
+
+def _simulate_in_processes(
+    scenario: Scenario, plan: ArrivalPlan, contenders: Sequence[Contender], record_timeline: bool,
+    progress: Callable[[float], None] | None, jobs: int,
+) -> list[RunResult]:
+    global _FORKED
+    _FORKED = (scenario, plan, contenders, record_timeline)
+    results: list[RunResult | None] = [None] * len(contenders)
+    try:
+        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+            for done, (index, result) in enumerate(pool.imap_unordered(_run_forked, range(len(contenders))), 1):
+                results[index] = result
+                if progress is not None:
+                    progress(done / len(contenders))
+    finally:
+        _FORKED = None
+    return [r for r in results if r is not None]

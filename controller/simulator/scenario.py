@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import itertools
 import math
 import re
 import statistics
@@ -21,6 +22,7 @@ import numpy as np
 import yaml
 
 from controller.spec import FieldError, Fields, SpecError, parse_duration
+from controller.textfmt import duration
 
 DEFAULT_START = "2026-01-05T00:00:00Z"  # a Monday, so weekday schedules line up with day 0
 MAX_DURATION = 31 * 86400.0
@@ -110,6 +112,36 @@ class Arrival:
     repeat: bool = False
 
 
+OUTAGE_FAILURES = ("error", "timeout")
+
+
+@dataclass(frozen=True)
+class Outage:
+    """A window [start, end) during which every poll of a queue fails: an error with a code, or a timeout."""
+
+    start: float
+    end: float
+    failure: Literal["error", "timeout"] = "error"
+    code: str = "ServerBusy"  # what Azure Storage answers (HTTP 503) when it cannot serve the request
+
+    def covers(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+
+@dataclass(frozen=True)
+class ScenarioQueue:
+    """One queue of the scenario: its name (what rules' sources and KEDA triggers name), its Azure settings, its
+    arrivals and the windows when polling it fails."""
+
+    name: str
+    params: QueueParams
+    arrivals: tuple[Arrival, ...]
+    outages: tuple[Outage, ...] = ()
+
+
+SINGLE_QUEUE_NAME = "queue"
+
+
 @dataclass(frozen=True)
 class Scenario:
     name: str
@@ -118,13 +150,24 @@ class Scenario:
     seed: int
     start_epoch: float
     slo_wait: float
-    queue: QueueParams
+    queue: QueueParams  # the first queue's settings (the only queue's, in a one-queue scenario)
     workers: Workers
-    arrivals: tuple[Arrival, ...]
+    arrivals: tuple[Arrival, ...]  # every queue's arrivals
+    queues: tuple[ScenarioQueue, ...] = ()  # empty: one queue, `queue` with `arrivals` and no outages
 
     @property
     def steps(self) -> int:
         return math.ceil(self.duration)
+
+    @property
+    def all_queues(self) -> tuple[ScenarioQueue, ...]:
+        """The scenario's queues, one at least."""
+        return self.queues or (ScenarioQueue(SINGLE_QUEUE_NAME, self.queue, self.arrivals),)
+
+    @property
+    def outages(self) -> tuple[tuple[str, Outage], ...]:
+        """Every outage with its queue's name, by start time."""
+        return tuple(sorted(((q.name, o) for q in self.all_queues for o in q.outages), key=lambda e: e[1].start))
 
 
 @dataclass(frozen=True)
@@ -136,12 +179,23 @@ class Burst:
     spread: float
 
 
+Streams = tuple[tuple[float, list[int]], ...]
+
+
 @dataclass(frozen=True)
 class ArrivalPlan:
-    """Messages arriving in each second, per initial visibility delay (0 for ordinary messages)."""
+    """Messages arriving in each second, per initial visibility delay (0 for ordinary messages).
 
-    streams: tuple[tuple[float, list[int]], ...]
+    `streams` are all queues' arrivals together; `queue_streams` each queue's, in the scenario's order (empty for
+    a one-queue scenario, whose streams are its queue's)."""
+
+    streams: Streams
     bursts: tuple[Burst, ...]
+    queue_streams: tuple[Streams, ...] = ()
+
+    def streams_of(self, index: int) -> Streams:
+        """The arrivals of the scenario's queue number `index`."""
+        return self.queue_streams[index] if self.queue_streams else self.streams
 
     @property
     def burst_starts(self) -> tuple[float, ...]:
@@ -208,7 +262,7 @@ def _parse_service_time(f: Fields, name: str) -> ServiceTime:
         low = s.duration("min")
         high = s.duration("max")
         if high <= low:
-            s.error("max", f"must be greater than min ({low:g}s), got {high:g}s")
+            s.error("max", f"must be greater than min ({duration(low)}), got {duration(high)}")
             high = low + 1.0
         s.finish()
         return ServiceTime("uniform", (low + high) / 2, minimum=low, maximum=high)
@@ -249,6 +303,70 @@ def _parse_queue(f: Fields) -> QueueParams:
     queue = QueueParams(visibility_timeout=_seconds(f, "visibilityTimeout", 30.0, minimum=1.0), ttl=ttl)
     f.finish()
     return queue
+
+
+def _parse_outage(item: object, path: str, errors: list[FieldError], scenario_end: float) -> Outage | None:
+    f = Fields(item, path, errors)
+    start = _seconds(f, "start", None)
+    end = _seconds(f, "end", None)
+    if not f.has("start"):
+        f.missing("start")
+    if not f.has("end"):
+        f.missing("end")
+    elif end <= start:
+        f.error("end", f"must be after start ({duration(start)}), got {duration(end)}")
+    failure = f.choice("failure", OUTAGE_FAILURES, "error")
+    code = f.string("code", "ServerBusy")
+    if failure == "timeout" and f.has("code"):
+        f.error("code", 'applies only when failure is "error" (a timeout has no answer, so no code)')
+    f.finish()
+    if not (f.has("start") and f.has("end")) or end <= start:
+        return None
+    if start >= scenario_end:
+        errors.append(FieldError(f"{path}.start", f"must be before the end of the scenario "
+                                                  f"({duration(scenario_end)}), got {duration(start)}"))
+    return Outage(start=start, end=end, failure=failure, code=code)  # type: ignore[arg-type]
+
+
+def _parse_outages(f: Fields, scenario_end: float) -> tuple[Outage, ...]:
+    outages = [o for item, path in f.items("outages") if (o := _parse_outage(item, path, f.errors, scenario_end))]
+    ordered = sorted(outages, key=lambda o: o.start)
+    for earlier, later in itertools.pairwise(ordered):
+        if later.start < earlier.end:
+            f.error("outages", f"windows overlap: {duration(earlier.start)}-{duration(earlier.end)} and "
+                               f"{duration(later.start)}-{duration(later.end)}")
+    return tuple(ordered)
+
+
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]*")
+
+
+def _parse_queues(f: Fields, base: Path | None, duration: float) -> tuple[ScenarioQueue, ...]:
+    queues: list[ScenarioQueue] = []
+    names: set[str] = set()
+    for item, path in f.items("queues", min_items=1):
+        q = Fields(item, path, f.errors)
+        name = q.string("name", required=True)
+        if name and not _QUEUE_NAME.fullmatch(name):
+            q.error("name", f"must be letters, digits and . _ / - (what a rule's source names), got {name!r}")
+        elif name in names:
+            q.error("name", f'"{name}" is the name of an earlier queue: each queue needs its own')
+        names.add(name)
+        settings = Fields(
+            {k: v for k, v in q.raw.items() if k in ("visibilityTimeout", "ttl")}, path, f.errors,
+        )
+        q.read.update(("visibilityTimeout", "ttl"))
+        params = _parse_queue(settings)
+        arrivals = [
+            a for entry, where in q.items("arrivals", min_items=1)
+            if (a := _parse_arrival(entry, where, f.errors, base)) is not None
+        ]
+        if not q.has("arrivals"):
+            q.missing("arrivals")
+        outages = _parse_outages(q, duration)
+        q.finish()
+        queues.append(ScenarioQueue(name, params, tuple(arrivals), outages))
+    return tuple(queues)
 
 
 ARRIVAL_TYPES = ("constant", "poisson", "burst", "ramp", "diurnal", "batch", "trace")
@@ -304,7 +422,7 @@ def _parse_arrival(item: object, path: str, errors: list[FieldError], base: Path
     end_s = _seconds(f, "end", None) if end is not None else None
     f.read.add("end")
     if end_s is not None and end_s <= start:
-        f.error("end", f"must be after start ({start:g}s), got {end_s:g}s")
+        f.error("end", f"must be after start ({duration(start)}), got {duration(end_s)}")
     delay = _seconds(f, "delay", 0.0)
     common = {"type": kind, "path": path, "start": start, "end": end_s, "delay": delay}
     arrival: Arrival | None = None
@@ -358,20 +476,33 @@ def parse_scenario(raw: object, *, base: Path | None = None, name: str = "") -> 
     slo = f.child("slo")
     slo_wait = slo.duration("waitSeconds", 60.0)
     slo.finish()
-    queue = _parse_queue(f.child("queue"))
     workers = _parse_workers(f.child("workers"))
-    arrivals = [
-        a for item, path in f.items("arrivals", min_items=1)
-        if (a := _parse_arrival(item, path, errors, base)) is not None
-    ]
-    if not f.has("arrivals"):
-        f.missing("arrivals")
+    queues: tuple[ScenarioQueue, ...] = ()
+    if f.has("queues"):
+        for single in ("queue", "arrivals", "outages"):
+            if f.has(single):
+                f.error(single, "goes under each of `queues` when the scenario declares several queues")
+                f.read.add(single)
+        queues = _parse_queues(f, base, duration)
+        queue = queues[0].params if queues else QueueParams()
+        arrivals = [a for q in queues for a in q.arrivals]
+    else:
+        queue = _parse_queue(f.child("queue"))
+        arrivals = [
+            a for item, path in f.items("arrivals", min_items=1)
+            if (a := _parse_arrival(item, path, errors, base)) is not None
+        ]
+        if not f.has("arrivals"):
+            f.missing("arrivals")
+        outages = _parse_outages(f, duration)
+        if outages:
+            queues = (ScenarioQueue(SINGLE_QUEUE_NAME, queue, tuple(arrivals), outages),)
     f.finish()
     if errors:
         raise SpecError(errors)
     return Scenario(
         name=scenario_name, description=description, duration=duration, seed=seed, start_epoch=start_epoch,
-        slo_wait=slo_wait, queue=queue, workers=workers, arrivals=tuple(arrivals),
+        slo_wait=slo_wait, queue=queue, workers=workers, arrivals=tuple(arrivals), queues=queues,
     )
 
 
@@ -441,11 +572,27 @@ def _rates(a: Arrival, t: np.ndarray) -> np.ndarray | None:
 
 def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
     """Messages per second for the whole run, from the components; the same seed gives the same plan."""
-    steps = scenario.steps
     rng = np.random.default_rng(scenario.seed)
-    streams: dict[float, np.ndarray] = {}
     bursts: dict[float, Burst] = {}
-    for a in scenario.arrivals:
+    if len(scenario.all_queues) == 1:
+        return ArrivalPlan(streams=_plan_streams(scenario.arrivals, scenario.steps, rng, bursts),
+                           bursts=tuple(bursts[start] for start in sorted(bursts)))
+    # One generator drawn queue after queue: the same seed gives every queue the same arrivals.
+    per_queue = tuple(_plan_streams(q.arrivals, scenario.steps, rng, bursts) for q in scenario.all_queues)
+    combined: dict[float, list[int]] = {}
+    for streams in per_queue:
+        for delay, counts in streams:
+            total = combined.get(delay)
+            combined[delay] = list(counts) if total is None else [a + b for a, b in zip(total, counts, strict=True)]
+    return ArrivalPlan(streams=tuple(sorted(combined.items())), bursts=tuple(bursts[start] for start in sorted(bursts)),
+                       queue_streams=per_queue)
+
+
+def _plan_streams(arrivals: tuple[Arrival, ...], steps: int, rng: np.random.Generator,
+                  bursts: dict[float, Burst]) -> Streams:
+    """One queue's messages per second, per delay; its bursts are added to `bursts`."""
+    streams: dict[float, np.ndarray] = {}
+    for a in arrivals:
         counts = streams.setdefault(a.delay, np.zeros(steps))
         first = max(0, int(a.start))
         last = min(steps, math.ceil(a.end) if a.end is not None else steps)
@@ -480,7 +627,7 @@ def plan_arrivals(scenario: Scenario) -> ArrivalPlan:
         cumulative = np.floor(np.cumsum(values) + 1e-9)
         whole = np.diff(cumulative, prepend=0.0).astype(np.int64)
         plan.append((delay, [int(n) for n in whole.tolist()]))
-    return ArrivalPlan(streams=tuple(plan), bursts=tuple(bursts[start] for start in sorted(bursts)))
+    return tuple(plan)
 
 
 def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int) -> None:

@@ -21,9 +21,10 @@ import heapq
 import math
 import random
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from controller.simulator.scenario import QueueParams, Workers
+from controller.simulator.scenario import Outage, QueueParams, Workers
 
 GROUPS = 4
 PEEK_LIMIT = 32  # Azure's Peek Messages returns at most 32: a visible-only count is exact only below it
@@ -57,6 +58,7 @@ class DrainGroup:
     deadline: int
     buckets: dict[int, list[InFlight]]
     count: int
+    scale_in: int = 0  # which scale-in removed the pods: several queues' groups of one scale-in are the same pods
 
 
 @dataclass
@@ -100,7 +102,11 @@ class World:
         *,
         slo_wait: float = math.inf,
         initial_replicas: int = 0,
+        name: str = "queue",
+        stream: int = 0,
     ) -> None:
+        self.name = name
+        self.outages: tuple[Outage, ...] = ()  # when polling this queue fails
         self.queue = queue
         self.workers = workers
         self.visibility_timeout = math.ceil(queue.visibility_timeout)
@@ -109,7 +115,8 @@ class World:
         self.table_size = len(service_table)
         self.table_whole = [int(s) for s in service_table]
         self.table_fraction = [s - int(s) for s in service_table]
-        self.rng = random.Random(seed * 7919 + 17)
+        # Each queue of a scenario draws its service times from its own stream; the first keeps the one-queue seed.
+        self.rng = random.Random(seed * 7919 + 17 + stream * 104729)
         self.slo_wait = slo_wait
 
         self.visible: deque[Cohort] = deque()
@@ -132,6 +139,25 @@ class World:
         self.tally = Tally()
         self.last_direction = 0
         self.reversals = 0
+        self.scale_ins = 0
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return (self.name,)
+
+    def queue_world(self, index: int) -> World:
+        """The queue number `index` (a one-queue world is its own only queue)."""
+        if index != 0:
+            raise IndexError(index)
+        return self
+
+    @property
+    def scale_actions(self) -> list[tuple[int, int, int]]:
+        return self.tally.scale_actions
+
+    def totals(self) -> Tally:
+        """The run's totals."""
+        return self.tally
 
     # ----------------------------------------------------------------------------------------------------------
     # What a controller sees
@@ -211,12 +237,14 @@ class World:
             return
         share = self._take_share(pods)
         self.ready -= pods
+        self.scale_ins += 1
         if self.workers.scale_in == "kill":
             self._kill(share, t)
         elif share:
             grace = math.ceil(self.workers.termination_grace_period)
             count = sum(g[0] for groups in share.values() for g in groups)
-            self.drains.append(DrainGroup(pods=pods, deadline=t + grace, buckets=share, count=count))
+            self.drains.append(DrainGroup(pods=pods, deadline=t + grace, buckets=share, count=count,
+                                          scale_in=self.scale_ins))
 
     def _kill(self, buckets: dict[int, list[InFlight]], t: int) -> None:
         """Killed work is lost; the messages reappear when their visibility timeout ends, and are delivered again."""
@@ -240,7 +268,7 @@ class World:
     # ----------------------------------------------------------------------------------------------------------
     # Arrivals
 
-    def put(self, t: int, n: int, delay: int = 0) -> None:
+    def put(self, t: int, n: int, delay: int = 0, queue: int = 0) -> None:  # noqa: ARG002  (one queue)
         """`n` messages put at `t`, invisible for `delay` seconds."""
         self.tally.arrived += n
         expires = t + self.ttl if self.ttl is not None else math.inf
@@ -262,7 +290,10 @@ class World:
     # One second
 
     def step(self, t: int) -> None:
-        """Advance from t to t+1: completions, pods becoming ready, messages reappearing or expiring, dequeues."""
+        """Advance from t to t+1: completions, pods becoming ready, messages reappearing or expiring, dequeues.
+
+        The same as advance(t), a dequeue into the free slots, then account(t) (a MultiQueueWorld calls them one
+        by one); written out once more here because this runs every simulated second of every run."""
         tally = self.tally
         done = self.in_flight.pop(t, None)
         if done is not None:
@@ -304,6 +335,65 @@ class World:
                 tally.oldest_age_max = age
             if age > self.slo_wait:
                 tally.slo_violation_seconds += 1
+
+    def advance(self, t: int) -> None:
+        """The first part of a step: completions, pods becoming ready, messages reappearing or expiring."""
+        tally = self.tally
+        done = self.in_flight.pop(t, None)
+        if done is not None:
+            for group in done:
+                n = group[0]
+                self.in_flight_active -= n
+                if group[4]:
+                    tally.processed += n
+                    self.in_flight_counted -= n
+        if self.drains:
+            self._step_drains(t)
+        starting = self.starting
+        while starting and starting[0][0] <= t:
+            pods = starting.popleft()[1]
+            self.ready += pods
+            self.starting_count -= pods
+        pending = self.pending
+        while pending and pending[0][0] <= t:
+            cohort = heapq.heappop(pending)[2]
+            if cohort.count:
+                self.pending_count -= cohort.count
+                cohort.state = VISIBLE
+                self.visible.append(cohort)
+                self.visible_count += cohort.count
+        if self.ttl is not None:
+            self._expire(t)
+
+    def account(self, t: int) -> None:
+        """The last part of a step: the pods' cost and the oldest message's age."""
+        tally = self.tally
+        tally.worker_seconds += self.ready + self.starting_count + (self.draining_pods if self.drains else 0)
+        if self.visible_count:
+            visible = self.visible
+            while not visible[0].count:
+                visible.popleft()
+            age = t - visible[0].enqueued
+            if age > tally.oldest_age_max:
+                tally.oldest_age_max = age
+            if age > self.slo_wait:
+                tally.slo_violation_seconds += 1
+
+    def outage_at(self, t: float) -> Outage | None:
+        """The outage under way at `t`, if any: a poll then fails."""
+        for outage in self.outages:
+            if outage.covers(t):
+                return outage
+        return None
+
+    def oldest_age(self, t: int) -> int | None:
+        """Seconds since the oldest visible message was put; None when none is visible."""
+        if not self.visible_count:
+            return None
+        visible = self.visible
+        while not visible[0].count:
+            visible.popleft()
+        return t - visible[0].enqueued
 
     def _expire(self, t: int) -> None:
         expiring = self.expiring
@@ -441,3 +531,168 @@ class World:
             t=t, arrivals=arrivals, visible=self.visible_count, approximate_count=self.approximate_count,
             in_flight=self.in_flight_active + draining, desired=self.desired, ready_replicas=self.ready,
         )
+
+
+class MultiQueueWorld:
+    """Several queues consumed by one worker Deployment (docs/simulator.md, "Several queues").
+
+    Each queue is a `World` of its own (its messages, visibility timeout, TTL, service-time stream); the pods are
+    shared. Each queue's World is told every scale, so all of them hold the same pods; the free slots of a second
+    are shared out as workers that poll the queues in turn would take them: an even share for each queue with
+    visible messages, what one queue cannot use going to the others (round-robin, starting one queue further on
+    each second so no queue is always first). The pods' cost and the SLO are accounted once, for the Deployment.
+    """
+
+    def __init__(
+        self,
+        queues: Sequence[tuple[str, QueueParams]],
+        workers: Workers,
+        service_table: list[float],
+        seed: int,
+        *,
+        slo_wait: float = math.inf,
+        initial_replicas: int = 0,
+    ) -> None:
+        self.queues = [
+            World(params, workers, service_table, seed, slo_wait=slo_wait, initial_replicas=initial_replicas,
+                  name=name, stream=index)
+            for index, (name, params) in enumerate(queues)
+        ]
+        self.lead = self.queues[0]
+        self.workers = workers
+        self.slo_wait = slo_wait
+        self.tally = Tally(scale_actions=self.lead.tally.scale_actions)  # the Deployment's: cost, SLO, scaling
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        return tuple(q.name for q in self.queues)
+
+    def queue_world(self, index: int) -> World:
+        return self.queues[index]
+
+    @property
+    def scale_actions(self) -> list[tuple[int, int, int]]:
+        return self.lead.tally.scale_actions
+
+    @property
+    def desired(self) -> int:
+        return self.lead.desired
+
+    @property
+    def ready(self) -> int:
+        return self.lead.ready
+
+    @property
+    def reversals(self) -> int:
+        return self.lead.reversals
+
+    @property
+    def visible_count(self) -> int:
+        return sum(q.visible_count for q in self.queues)
+
+    @property
+    def approximate_count(self) -> int:
+        return sum(q.approximate_count for q in self.queues)
+
+    @property
+    def in_flight_count(self) -> int:
+        return sum(q.in_flight_count for q in self.queues)
+
+    @property
+    def draining_pods(self) -> int:
+        messages: dict[int, int] = {}
+        pods: dict[int, int] = {}
+        for q in self.queues:
+            for group in q.drains:
+                messages[group.scale_in] = messages.get(group.scale_in, 0) + group.count
+                pods[group.scale_in] = group.pods
+        conc = self.workers.concurrency
+        return sum(min(pods[event], -(-count // conc)) for event, count in messages.items())
+
+    @property
+    def pods(self) -> int:
+        return self.lead.ready + self.lead.starting_count + self.draining_pods
+
+    @property
+    def remaining(self) -> int:
+        return self.approximate_count
+
+    def set_desired(self, replicas: int, t: int) -> None:
+        for q in self.queues:
+            q.set_desired(replicas, t)
+
+    def put(self, t: int, n: int, delay: int = 0, queue: int = 0) -> None:
+        self.queues[queue].put(t, n, delay)
+
+    def step(self, t: int) -> None:
+        queues = self.queues
+        for q in queues:
+            q.advance(t)
+        lead = self.lead
+        free = lead.ready * self.workers.concurrency - sum(q.in_flight_active for q in queues)
+        if free > 0:
+            for q, share in zip(queues, self._shares(t, free), strict=True):
+                if share:
+                    q._dequeue(t, share)
+        tally = self.tally
+        draining = self.draining_pods if any(q.drains for q in queues) else 0
+        tally.worker_seconds += lead.ready + lead.starting_count + draining
+        ages = [age for q in queues if (age := q.oldest_age(t)) is not None]
+        if ages:
+            age = max(ages)
+            if age > tally.oldest_age_max:
+                tally.oldest_age_max = age
+            if age > self.slo_wait:
+                tally.slo_violation_seconds += 1
+
+    def _shares(self, t: int, free: int) -> list[int]:
+        """The free slots each queue gets this second (round-robin over the queues with visible messages)."""
+        count = len(self.queues)
+        shares = [0] * count
+        wanting = [i for i in range(count) if self.queues[i].visible_count]
+        first = t % count
+        wanting.sort(key=lambda i: (i - first) % count)
+        while free and wanting:
+            share, extra = divmod(free, len(wanting))
+            if not share:
+                for i in wanting[:extra]:
+                    shares[i] += 1
+                break
+            still: list[int] = []
+            for i in wanting:
+                want = self.queues[i].visible_count - shares[i]
+                taken = min(share, want)
+                shares[i] += taken
+                free -= taken
+                if want > taken:
+                    still.append(i)
+            wanting = still
+        return shares
+
+    def totals(self) -> Tally:
+        """The run's totals: the messages' over every queue, the pods' and the SLO's from the Deployment."""
+        merged = Tally(
+            worker_seconds=self.tally.worker_seconds, slo_violation_seconds=self.tally.slo_violation_seconds,
+            oldest_age_max=self.tally.oldest_age_max, scale_actions=self.lead.tally.scale_actions,
+        )
+        for q in self.queues:
+            tally = q.tally
+            merged.arrived += tally.arrived
+            merged.processed += tally.processed
+            merged.expired += tally.expired
+            merged.duplicates += tally.duplicates
+            merged.busy_slot_seconds += tally.busy_slot_seconds
+            for wait, n in tally.wait_histogram.items():
+                merged.wait_histogram[wait] = merged.wait_histogram.get(wait, 0) + n
+        return merged
+
+    def sample(self, t: int, arrivals: int) -> Sample:
+        samples = [q.sample(t, arrivals) for q in self.queues]
+        return Sample(
+            t=t, arrivals=arrivals, visible=sum(s.visible for s in samples),
+            approximate_count=sum(s.approximate_count for s in samples),
+            in_flight=sum(s.in_flight for s in samples), desired=self.desired, ready_replicas=self.ready,
+        )
+
+
+SimWorld = World | MultiQueueWorld

@@ -27,6 +27,7 @@ from controller.sources.aws_sigv4 import AwsCredentials, sign
 from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
 from controller.sources.retries import RetryPolicy, deadline_for, with_retries
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
+from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class AwsSqsPoller:
         try:
             response = await self._context.http.post(endpoint, content=body, headers=headers, timeout=timeout)
         except httpx.TimeoutException:
-            return SourceError("Timeout", f"no answer from {endpoint} within {timeout:.1f}s")
+            return SourceError("Timeout", f"no answer from {endpoint} within {duration(timeout)}")
         except httpx.TransportError as exc:
             return SourceError("ConnectionFailed", f"cannot connect to {endpoint} ({type(exc).__name__})")
         if response.status_code == 200:

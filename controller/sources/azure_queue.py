@@ -45,6 +45,7 @@ from controller.sources.base import SecretUnavailable, SourceContext, register_s
 from controller.sources.retries import RetryPolicy
 from controller.sources.transport import PollingClient
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
+from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 
@@ -349,7 +350,7 @@ class AzureQueuePoller:
                     config.token_url, data=config.exchange_form(assertion), timeout=timeout
                 )
         except (TimeoutError, httpx.TimeoutException):
-            return _failure("Timeout", f"no answer from the token endpoint {token_url} within {timeout:.1f}s")
+            return _failure("Timeout", f"no answer from the token endpoint {token_url} within {duration(timeout)}")
         except httpx.TransportError as exc:
             return _failure("ConnectionFailed", f"cannot reach the token endpoint {token_url} ({type(exc).__name__})")
         return self._accept_token(response, config, token_url, now)
@@ -420,7 +421,7 @@ class AzureQueuePoller:
                 else:
                     response = await _through_httpx(http, target_url, headers, timeout)
             except (TimeoutError, httpx.TimeoutException):
-                return _failure("Timeout", f"no answer from {path} within {timeout:.1f}s")
+                return _failure("Timeout", f"no answer from {path} within {duration(timeout)}")
             except httpx.TransportError as exc:
                 return _failure("ConnectionFailed", f"cannot connect to {access.endpoint} ({type(exc).__name__})")
             return self._classify(response, access, path)

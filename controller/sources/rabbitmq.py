@@ -23,6 +23,7 @@ from controller.policy import SourceError, SourceReading
 from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
 from controller.sources.retries import RetryPolicy, deadline_for, with_retries
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
+from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +117,7 @@ class RabbitMqPoller:
         try:
             response = await self._context.http.get(self._url, auth=auth, timeout=timeout)
         except httpx.TimeoutException:
-            return SourceError("Timeout", f"no answer from {spec.management_url} within {timeout:.1f}s")
+            return SourceError("Timeout", f"no answer from {spec.management_url} within {duration(timeout)}")
         except httpx.TransportError as exc:
             return SourceError("ConnectionFailed", f"cannot connect to {spec.management_url} ({type(exc).__name__})")
         status = response.status_code

@@ -23,6 +23,7 @@ from controller.policy import SourceError, SourceReading
 from controller.sources.base import SourceContext, register_source_factory
 from controller.sources.retries import RetryPolicy, deadline_for, prepare_with_driver, with_retries
 from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
+from controller.textfmt import duration
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -283,7 +284,7 @@ class RedisListPoller:
         except rx.ResponseError as exc:
             return self._response_error(exc, connection)
         except rx.TimeoutError:
-            return SourceError("Timeout", f"no answer from Redis at {connection.where} within {timeout:.1f}s")
+            return SourceError("Timeout", f"no answer from Redis at {connection.where} within {duration(timeout)}")
         except (rx.ConnectionError, OSError) as exc:
             tls = " over TLS" if connection.tls else ""
             return SourceError("ConnectionFailed",

@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 
 from controller.policy import SourceError, SourceReading
 from controller.sources.base import SecretUnavailable
+from controller.textfmt import duration
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -73,7 +74,7 @@ async def with_retries(
             async with asyncio.timeout(timeout):
                 result = await attempt(timeout)
         except TimeoutError:
-            result = SourceError("Timeout", f"no answer within {timeout:.1f}s")
+            result = SourceError("Timeout", f"no answer within {duration(timeout)}")
         if not isinstance(result, SourceError):
             return Outcome(result, None, attempts)
         # A last attempt the budget cut short says less than the full attempt before it (say, ConnectionFailed).

@@ -28,6 +28,7 @@ from controller.policy import SourceError, SourceReading
 from controller.sources.base import SourceContext, register_source_factory
 from controller.sources.retries import RetryPolicy, deadline_for, prepare_with_driver, with_retries
 from controller.spec import Fields, SecretKeyRef, SourceSpec, format_duration, register_source_kind
+from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +345,7 @@ class SqlTablePoller:
             assert outcome.value is not None
             count, age = outcome.value
             self.oldest_age = age
-            note = f"oldest due row waited {format_duration(age)}" if age is not None else ""
+            note = f"oldest due row waited {duration(age)}" if age is not None else ""
             return SourceReading.of(count, note)
         except Exception as exc:  # never raise out of a poll; a driver's text might hold a DSN
             log.error("sql-table %s: unexpected %s", self._spec.queue_label, type(exc).__name__)

@@ -1,4 +1,5 @@
-"""A fake kube-apiserver on 127.0.0.1 for tests, reached by the official client through a kubeconfig.
+"""A fake kube-apiserver on 127.0.0.1 (HTTPS, see tls.py) for tests, reached by the official client and kubectl
+through a kubeconfig.
 
 Run it in-process (`FakeKube().start()`, a thread) or as a subprocess (`python -m tests.fakekube --port 0
 --kubeconfig-out FILE`). Tests steer it through this object or, for a subprocess, the `/_fake/*` admin endpoints:
@@ -8,12 +9,15 @@ status follow spec.replicas.
 
 from __future__ import annotations
 
+import base64
 import collections
 import contextlib
 import copy
 import json
 import re
 import socket
+import ssl
+import sys
 import threading
 import time
 import urllib.parse
@@ -25,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from tests.fakekube import discovery, lifecycle, openapi, options, printer, rbac, table
+from tests.fakekube import discovery, lifecycle, openapi, options, printer, rbac, table, tls
 from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
 from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector, selectable_fields
 from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
@@ -102,17 +106,27 @@ class _Server(ThreadingHTTPServer):
     # starting a thousand rules) overflowed it and waited for SYN retransmits (1 s, 3 s, 7 s...).
     request_queue_size = 1024
 
-    def __init__(self, fake: FakeKube, address: tuple[str, int]) -> None:
+    def __init__(self, fake: FakeKube, address: tuple[str, int], context: ssl.SSLContext) -> None:
         self.fake = fake
+        self.context = context
         self.connections: set[socket.socket] = set()
         self.connections_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def get_request(self) -> tuple[socket.socket, Any]:
         conn, addr = super().get_request()
+        # The handshake waits for the handler thread (_Handler.setup): a slow client must not stall accept().
+        conn = self.context.wrap_socket(conn, server_side=True, do_handshake_on_connect=False)
         with self.connections_lock:
             self.connections.add(conn)
         return conn, addr
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that refuses the certificate (a kubeconfig with another CA) or hangs up mid-handshake is the
+        # client's failure, reported on its side; socketserver would print a traceback here for each one.
+        if isinstance(sys.exc_info()[1], ssl.SSLError | OSError):
+            return
+        super().handle_error(request, client_address)
 
     def shutdown_request(self, request: Any) -> None:
         with self.connections_lock:
@@ -123,7 +137,9 @@ class _Server(ThreadingHTTPServer):
         with self.connections_lock:
             for conn in list(self.connections):
                 with contextlib.suppress(OSError):
-                    conn.shutdown(socket.SHUT_RDWR)
+                    # The TCP shutdown under the TLS layer: SSLSocket.shutdown() would also drop its TLS state
+                    # while a handler thread may still be reading through it.
+                    socket.socket.shutdown(conn, socket.SHUT_RDWR)
 
 
 class FakeKube:
@@ -147,7 +163,8 @@ class FakeKube:
         self._watch_epoch = 0
         self._graceful_drop = False
         self._stopping = threading.Event()
-        self._server = _Server(self, (host, port))
+        self.certificate = tls.serving_certificate()
+        self._server = _Server(self, (host, port), tls.default_server_context())
         self._thread: threading.Thread | None = None
         self.controller = _WorkloadController(self.store, ready_delay, self._stopping)
         # A deleted namespace stays Terminating this long before its content goes (0: gone when answered).
@@ -164,7 +181,11 @@ class FakeKube:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"https://127.0.0.1:{self.port}"
+
+    def client_ssl_context(self) -> ssl.SSLContext:
+        """An `ssl` context trusting this server's CA, for urllib or httpx (`verify=`)."""
+        return tls.client_context(self.certificate)
 
     def start(self) -> FakeKube:
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -194,12 +215,14 @@ class FakeKube:
         self.stop()
 
     def kubeconfig(self, namespace: str = "default", *, service_account: tuple[str, str] | None = None) -> Obj:
-        """A kubeconfig for the admin, or for a ServiceAccount `(namespace, name)` whose RBAC is enforced."""
+        """A kubeconfig for the admin, or for a ServiceAccount `(namespace, name)` whose RBAC is enforced; it trusts
+        the server's CA (`certificate-authority-data`), as a real cluster's kubeconfig does."""
         token = TOKEN if service_account is None else f"{rbac.SA_TOKEN_PREFIX}{':'.join(service_account)}"
+        ca_data = base64.b64encode(self.certificate.ca_pem).decode()
         return {
             "apiVersion": "v1",
             "kind": "Config",
-            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "clusters": [{"name": "fake", "cluster": {"server": self.url, "certificate-authority-data": ca_data}}],
             "users": [{"name": "fake", "user": {"token": token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
             "current-context": "fake",
@@ -520,6 +543,8 @@ class _Handler(BaseHTTPRequestHandler):
         del format, args
 
     def setup(self) -> None:
+        assert isinstance(self.request, ssl.SSLSocket)
+        self.request.do_handshake()  # in this thread, not the accepting one; a failure ends in handle_error
         super().setup()
         # Headers and body go out in separate writes; with Nagle on, the body waits for the client's delayed ACK
         # (~40 ms on Linux), which made every request through the official client take 50-70 ms.

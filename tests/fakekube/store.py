@@ -367,7 +367,11 @@ class Store:
                 created.pop("kind", None)
                 if dry_run:
                     return self._present(rt, created), True
-                return self._commit(rt, "ADDED", created, None), True
+                stored = self._commit(rt, "ADDED", created, None)
+                if rt.key == CRDS.key:  # however it was created, as create() does
+                    self._establish(stored)
+                    return self._present(rt, self._current(rt, "", name)), True
+                return stored, True
             return self._write(rt, live, merged, subresource, strict=strict, dry_run=dry_run, manager=manager,
                                applied=True), False
 
