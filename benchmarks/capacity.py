@@ -484,7 +484,7 @@ def _first_ticks(samples: dict[str, float], started_at: float) -> float:
 def _table(results: list[Figures]) -> str:
     base = results[0]
     lines = [
-        "| rules | start-up s | lateness p50 / p99 / max s | CPU (cores) | RSS MB | polls/s | API req/s | "
+        "| rules | all Ready s | lateness p50 / p99 / max s | CPU (cores) | RSS MB | polls/s | API req/s | "
         "fake CPU | burst to target s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
