@@ -10,6 +10,14 @@ For each N it starts, all on 127.0.0.1:
 - `queuescale run` (the real operator, a subprocess), whose rules authenticate with a connection string (Shared
   Key signing on every poll) that points at the fast server.
 
+Start-up, fresh (no rule has a status yet) and after a failover (the operator is stopped once measured and a new
+one started on the same API server, whose rules carry the statuses the first one wrote): the time until every rule
+has ticked once, from the operator's `queuescale_first_ticks_seconds` and `queuescale_leading_since_timestamp_seconds`,
+counted from the process's start; the operator's API requests per second (peak second and mean, from the fake's
+counts read every second) from its start until every rule is Ready (fresh) or for 20 s (failover), with the
+status writes among them; and, fresh, the time until every rule is Ready (the first statuses, written at the
+client's --kube-qps).
+
 Once every rule has a status it measures for `--seconds`: tick lateness p50/p99 (interpolated from
 `queuescale_tick_lateness_seconds`, as histogram_quantile does) and max (the highest non-empty bucket's upper
 bound), operator CPU (share of one core) and RSS, polls/s, API requests/s (counted by the fake), the fake's own
@@ -22,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -227,6 +236,13 @@ class Figures:
     ticks: float
     api_kinds: dict[str, float]  # the operator's requests/s by method and resource
     gc: dict[str, float]  # the operator's cores spent in the cyclic garbage collector, by generation
+    first_ticks_s: float = float("nan")  # from the operator's start until every rule had ticked once
+    startup_api: tuple[float, float] = (float("nan"), float("nan"))  # requests/s from start to all Ready: peak, mean
+    failover_first_ticks_s: float = float("nan")
+    failover_api: tuple[float, float] = (float("nan"), float("nan"))  # peak, mean over the first 20 s
+    failover_status_writes: float = float("nan")  # status PATCHes the new operator made in those 20 s
+    startup_kinds: dict[str, float] | None = None  # the operator's requests by kind from its start to all Ready
+    failover_kinds: dict[str, float] | None = None  # ...and the new operator's in its first 20 s
 
 
 class Run:
@@ -273,18 +289,21 @@ class Run:
         from tests.fakekube.tls import client_context_from_kubeconfig
 
         metrics_port, health_port = free_port(), free_port()
-        started = time.monotonic()
-        operator = self._spawn([
-            sys.executable, "-m", "controller", "run", "--kubeconfig", str(kubeconfig), "--bind-address",
-            "127.0.0.1", "--metrics-port", str(metrics_port), "--health-port", str(health_port), "--log-level",
-            "warning", *self.operator_args,
-        ], "operator.log")
+        started, started_at = time.monotonic(), time.time()
+        operator = self._operator(kubeconfig, metrics_port, health_port)
         client = httpx.Client(timeout=30, verify=client_context_from_kubeconfig(kubeconfig))  # the fake is HTTPS
+        requests = _RequestRate(client, server)
 
         def scrape() -> dict[str, float]:
             return _samples(client.get(f"http://127.0.0.1:{metrics_port}/metrics").text)
 
+        scraped = [0.0]
+
         def all_reporting() -> bool:
+            requests.sample()
+            if time.monotonic() - scraped[0] < max(1.0, self.rules / 1000):
+                return False
+            scraped[0] = time.monotonic()
             if operator.poll() is not None:
                 raise RuntimeError(f"the operator exited with {operator.returncode}; see {self.workdir}")
             try:
@@ -297,13 +316,15 @@ class Run:
             # Scraped no more often than Prometheus would: rendering 10,000 rules' series costs the operator some
             # 0.35 s of CPU, and a scrape a second was a third of a core of the start-up measured (start-up
             # figures are to within this interval).
-            _wait(f"all {self.rules} rules to be Ready", all_reporting, self.ready_timeout,
-                  every=max(1.0, self.rules / 1000))
+            _wait(f"all {self.rules} rules to be Ready", all_reporting, self.ready_timeout, every=1.0)
             startup = time.monotonic() - started
         except TimeoutError:
             startup = float("nan")  # it did not keep up: measure what it does anyway
             print(f"N={self.rules}: not every rule Ready after {self.ready_timeout:g}s; measuring anyway",
                   file=sys.stderr, flush=True)
+        startup_api = requests.rates()
+        startup_kinds = requests.kinds()
+        first_ticks = _first_ticks(scrape(), started_at)
         time.sleep(warmup)
 
         before, cpu0, fake0 = scrape(), _cpu_seconds(operator.pid), _cpu_seconds(fake.pid)
@@ -327,6 +348,7 @@ class Run:
         after, cpu1, fake1 = scrape(), _cpu_seconds(operator.pid), _cpu_seconds(fake.pid)
         api1 = client.get(f"{server}/_fake/stats").json()["operator"]
         rss = _rss_mb(operator.pid)
+        failover = self._failover(kubeconfig, operator, client, server)
         client.close()
 
         delta = [(le, count - dict(_buckets(before)).get(le, 0)) for le, count in _buckets(after)]
@@ -345,7 +367,49 @@ class Run:
             gc={generation: round((after.get(f'queuescale_gc_pause_seconds_total{{generation="{generation}"}}', 0)
                                    - before.get(f'queuescale_gc_pause_seconds_total{{generation="{generation}"}}', 0))
                                   / elapsed, 3) for generation in "012"},
+            first_ticks_s=first_ticks, startup_api=startup_api, failover_first_ticks_s=failover[0],
+            failover_api=failover[1], failover_status_writes=failover[2], startup_kinds=startup_kinds,
+            failover_kinds=failover[3],
         )
+
+    def _operator(self, kubeconfig: Path, metrics_port: int, health_port: int) -> subprocess.Popen[bytes]:
+        return self._spawn([
+            sys.executable, "-m", "controller", "run", "--kubeconfig", str(kubeconfig), "--bind-address",
+            "127.0.0.1", "--metrics-port", str(metrics_port), "--health-port", str(health_port), "--log-level",
+            "warning", *self.operator_args,
+        ], "operator.log")
+
+    def _failover(self, kubeconfig: Path, operator: subprocess.Popen[bytes], client: httpx.Client,
+                  server: str) -> tuple[float, tuple[float, float], float, dict[str, float]]:
+        """Stop the operator and start another on the same API server, as a new leader would take over (less the
+        lease's expiry, which a graceful stop does not wait for): the time until every rule has ticked once, and
+        the API requests a second over its first 20 s."""
+        from tests.azurite import free_port
+
+        operator.send_signal(signal.SIGTERM)
+        operator.wait(timeout=60)
+        metrics_port = free_port()
+        requests = _RequestRate(client, server)
+        requests.sample()
+        writes0 = _status_writes(client, server)
+        started_at, started = time.time(), time.monotonic()
+        successor = self._operator(kubeconfig, metrics_port, free_port())
+        first_ticks = float("nan")
+        scraped = started
+        while time.monotonic() - started < 20 or first_ticks != first_ticks:
+            if time.monotonic() - started > 120:
+                break
+            requests.sample()
+            # A scrape of N rules' series costs the operator CPU: as seldom as while waiting for Ready.
+            if first_ticks != first_ticks and time.monotonic() - scraped >= max(3.0, self.rules / 1000):
+                scraped = time.monotonic()
+                with contextlib.suppress(httpx.HTTPError):
+                    first_ticks = _first_ticks(_samples(client.get(f"http://127.0.0.1:{metrics_port}/metrics").text),
+                                               started_at)
+            time.sleep(1.0 - (time.monotonic() - started) % 1.0)
+        writes = _status_writes(client, server) - writes0
+        del successor  # stopped with the others
+        return first_ticks, requests.rates(), writes, requests.kinds()
 
 
 def _below(le: float, delta: list[tuple[float, float]]) -> float:
@@ -369,10 +433,58 @@ def _wait(what: str, check: Any, timeout: float, every: float = 0.05) -> None:
     raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
 
 
+class _RequestRate:
+    """The operator's API requests a second, from the fake's counts read about once a second."""
+
+    def __init__(self, client: httpx.Client, server: str) -> None:
+        self.client = client
+        self.server = server
+        self.points: list[tuple[float, float]] = []
+        self.first: dict[str, float] | None = None
+        self.last: dict[str, float] = {}
+
+    def sample(self) -> bool:
+        """Read the count if a second has passed since the last reading; always True."""
+        now = time.monotonic()
+        if self.points and now - self.points[-1][0] < 0.95:
+            return True
+        counts = self.client.get(f"{self.server}/_fake/stats").json()["operator"]
+        if self.first is None:
+            self.first = dict(counts)
+        self.last = counts
+        self.points.append((now, float(sum(counts.values()))))
+        return True
+
+    def kinds(self) -> dict[str, float]:
+        """Requests by method and resource between the first reading and the last."""
+        first = self.first or {}
+        return {k: v - first.get(k, 0) for k, v in sorted(self.last.items()) if v > first.get(k, 0)}
+
+    def rates(self) -> tuple[float, float]:
+        """(the busiest second's rate, the mean rate) over the readings."""
+        if len(self.points) < 2:
+            return float("nan"), float("nan")
+        steps = [(c1 - c0) / (t1 - t0) for (t0, c0), (t1, c1) in zip(self.points, self.points[1:], strict=False)]
+        (t_first, c_first), (t_last, c_last) = self.points[0], self.points[-1]
+        return max(steps), (c_last - c_first) / (t_last - t_first)
+
+
+def _status_writes(client: httpx.Client, server: str) -> float:
+    counts = client.get(f"{server}/_fake/stats").json()["operator"]
+    return float(sum(v for k, v in counts.items() if k == "PATCH queuescalers/status"))
+
+
+def _first_ticks(samples: dict[str, float], started_at: float) -> float:
+    """Seconds from `started_at` (the process's start, wall clock) until every rule had ticked once."""
+    since = samples.get("queuescale_leading_since_timestamp_seconds{}", float("nan"))
+    took = samples.get("queuescale_first_ticks_seconds{}", float("nan"))
+    return since + took - started_at
+
+
 def _table(results: list[Figures]) -> str:
     base = results[0]
     lines = [
-        "| rules | start-up s | lateness p50 / p99 / max s | CPU (cores) | RSS MB | polls/s | API req/s | "
+        "| rules | all Ready s | lateness p50 / p99 / max s | CPU (cores) | RSS MB | polls/s | API req/s | "
         "fake CPU | burst to target s |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -384,6 +496,17 @@ def _table(results: list[Figures]) -> str:
             f"{r.polls_s:.0f} (x{r.polls_s / max(base.polls_s, 1e-9):.1f}) | {r.api_s:.0f} | {r.fake_cpu:.2f} | "
             f"{r.burst_s:.1f} |"
         )
+    lines += [
+        "",
+        "| rules | first ticks s (fresh / failover) | API req/s during start-up, peak / mean (fresh) | "
+        "(failover, first 20 s) | status writes (failover, first 20 s) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in results:
+        lines.append(
+            f"| {r.rules} | {r.first_ticks_s:.1f} / {r.failover_first_ticks_s:.1f} | {r.startup_api[0]:.0f} / "
+            f"{r.startup_api[1]:.0f} | {r.failover_api[0]:.0f} / {r.failover_api[1]:.0f} | "
+            f"{r.failover_status_writes:.0f} |")
     return "\n".join(lines)
 
 
@@ -428,6 +551,10 @@ def main(argv: list[str] | None = None) -> int:
     print(_table(results))
     for r in results:
         print(f"N={r.rules} operator API requests/s: " + ", ".join(f"{k} {v:g}" for k, v in r.api_kinds.items()))
+        print(f"N={r.rules} operator API requests from its start until every rule was Ready: "
+              + ", ".join(f"{k} {v:g}" for k, v in (r.startup_kinds or {}).items()))
+        print(f"N={r.rules} the new operator's API requests in its first 20 s after the failover: "
+              + ", ".join(f"{k} {v:g}" for k, v in (r.failover_kinds or {}).items()))
         print(f"N={r.rules} operator cores in the garbage collector by generation: "
               + ", ".join(f"{k}: {v:g}" for k, v in r.gc.items()))
     return 0

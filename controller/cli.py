@@ -135,6 +135,8 @@ def _run(args: argparse.Namespace) -> int:
         target_refresh=args.target_refresh,
         status_rate=args.status_rate,
         max_concurrent_ticks=args.max_concurrent_ticks,
+        kube_qps=args.kube_qps,
+        kube_burst=args.kube_burst,
     )
     return asyncio.run(run(options))
 
@@ -193,6 +195,12 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     run.add_argument("--max-concurrent-ticks", type=_positive_int, default=500, metavar="N",
                      help="ticks in progress at once over all rules (default 500): when the process has more due "
                           "than it has CPU for, ticks start late rather than all at once and each timing out")
+    run.add_argument("--kube-qps", type=float, default=100.0, metavar="N",
+                     help="API requests a second the operator makes on average, after a burst of --kube-burst "
+                          "(default 100; watches, leader election and scale writes are not held back; 0: no limit): "
+                          "a fresh install of many rules writes their first statuses at this rate")
+    run.add_argument("--kube-burst", type=_positive_int, default=200, metavar="N",
+                     help="API requests the operator may make at once before --kube-qps applies (default 200)")
     run.add_argument("--log-format", choices=("text", "json"), default="text",
                      help="text for people, json (one object per line) for log collectors (default %(default)s)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",

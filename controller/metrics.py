@@ -68,6 +68,19 @@ class Metrics:
         self.gc = GcPauses()
         r.register(self.gc)
         self.leader = Gauge("queuescale_leader", "1 while this replica is the leader (or runs alone)", registry=r)
+        self.leading_since = Gauge(
+            "queuescale_leading_since_timestamp_seconds", "When this replica began leading (or started, when it runs "
+            "alone), in seconds since the epoch", registry=r)
+        self.rules_ticked = Gauge(
+            "queuescale_rules_ticked", "Rules that have ticked (polled, decided, scaled if needed) at least once "
+            "since this replica began leading", registry=r)
+        self.first_ticks = Gauge(
+            "queuescale_first_ticks_seconds", "Seconds from when this replica began leading until every rule it ran "
+            "had ticked once (NaN until then)", registry=r)
+        self.first_ticks.set(float("nan"))
+        self.sync_errors = Counter(
+            "queuescale_sync_errors", "Rules in a list whose handling failed unexpectedly (logged with the rule; the "
+            "others were handled)", registry=r)
         self.api_errors = Counter(
             "queuescale_kubernetes_api_errors", "Failed Kubernetes API calls by operation and HTTP status",
             ["operation", "status"], registry=r,

@@ -30,9 +30,17 @@ from controller.kube.api import KubeApi, KubeError, core_path, load_configuratio
 from controller.kube.events import EventRecorder, ObjectRef
 from controller.kube.lease import LeaderElector
 from controller.kube.ownership import CONFLICT_CODES, HpaWatch, Ownership
+from controller.kube.ratelimit import TokenBucket
 from controller.kube.rules import RuleWatcher
 from controller.kube.secrets import SecretAccess, SecretCache
-from controller.kube.status import invalid_status, memory_from_status, setup_failed_status, significant, tick_status
+from controller.kube.status import (
+    invalid_status,
+    memory_from_status,
+    parse_rfc3339,
+    setup_failed_status,
+    significant,
+    tick_status,
+)
 from controller.kube.workloads import WorkloadCache, workload_watches
 from controller.kube.writer import LatestWins
 from controller.metrics import Metrics
@@ -56,10 +64,15 @@ from controller.targets.kubernetes_scale import KubernetesScaleTarget
 
 log = logging.getLogger(__name__)
 
-MAX_SPREAD = 10.0  # seconds over which rules started together begin polling
-# ...or longer when they are many: each rule's first tick reads its target and writes its status, so 10,000 rules
-# starting within 10 s would ask the API server (and this process) for three times the steady load at once.
-STARTS_PER_SECOND = 100.0
+# Seconds over which rules started together (the first list, a new leader) begin polling, however many they are.
+# A first tick asks the API server for nothing any more: targets come from the watch (whose first list the ticks
+# wait for), a status the previous leader wrote is not written again, and the writes that are due go through the
+# client's token bucket (--kube-qps). So 10,000 first ticks within 5 s cost CPU (2,000 ticks/s, some 0.6 of a
+# core here, bounded by --max-concurrent-ticks), not a burst of requests; spreading them over 100 s, as before,
+# kept every rule from scaling for that long after a failover. 5 s rather than a whole 10 s interval: a process
+# that starts cold (a restart) first spends some 5 s at 10,000 rules importing, listing the rules and targets and
+# parsing the rules, and every first tick is to be within 15 s of its start.
+MAX_SPREAD = 5.0
 
 AUTH_CODES = {"AuthenticationFailed", "AuthorizationPermissionMismatch", "AuthorizationResourceTypeMismatch",
               "AuthorizationFailure"}
@@ -98,6 +111,12 @@ class OperatorOptions:
     # Not for watched targets (Deployments, StatefulSets: controller/kube/workloads.py), read every tick for free.
     target_refresh: float = 60.0
     status_writers: int = 16  # status writes in flight at once
+    # The client-side limit on API requests (controller/kube/ratelimit.py): a token bucket of `kube_burst`
+    # refilled at `kube_qps` a second, over every request but watches, leader election and scale writes (which
+    # take their token without waiting). Above the status writes' own average (status_rate) plus the events'
+    # budget (20/s), so that it bounds bursts, not the steady state. 0: no limit.
+    kube_qps: float = 100.0
+    kube_burst: int = 200
     # Ticks in progress at once, over all rules (see Reconciler.run): an overloaded process starts ticks late
     # instead of starting them all and timing out each one. At 0.5 ms of CPU a tick, 500 ticks take 0.25 s.
     max_concurrent_ticks: int = 500
@@ -122,6 +141,7 @@ class RuleState:
     # What the tick whose status was last handed to the writer saw (None after a failed write): a tick that
     # sees the same builds no status at all until the heartbeat is due.
     submitted: tuple[object, ...] | None = None
+    ticked: bool = False  # has ticked since this replica began leading
 
     @property
     def namespace(self) -> str:
@@ -185,6 +205,13 @@ class Operator:
             self._write_submitted, concurrency=options.status_writers)
         self.metrics.leader.set(1 if self.leading else 0)
         self.metrics.rules.count = self.count_rules
+        # How long the rules took to tick once after this replica began leading (see _first_tick).
+        self._running: set[str] = set()  # rules whose loop runs
+        self._ticked: set[str] = set()  # ...and have ticked since leading began
+        self._leading_since = 0.0
+        self._all_ticked = False
+        if self.leading:
+            self._began_leading()
         self.tick_slots = Slots(options.max_concurrent_ticks)
 
     # ---------------------------------------------------------------------------------------------- plumbing
@@ -202,7 +229,33 @@ class Operator:
 
     def _kubernetes_target(self, rule: QueueScaler) -> Target:
         return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace,
-                                     workloads=self.workloads)
+                                     workloads=self.workloads, limiter=self.api.limiter)
+
+    def _began_leading(self) -> None:
+        self._leading_since = self.clock.now()
+        self._ticked.clear()
+        self._all_ticked = False
+        for state in self.rules.values():
+            state.ticked = False
+        self.metrics.leading_since.set(self._leading_since)
+        self.metrics.rules_ticked.set(0)
+        self.metrics.first_ticks.set(float("nan"))
+
+    def _first_tick(self, state: RuleState) -> None:
+        """The rule ticked for the first time since this replica began leading."""
+        state.ticked = True
+        self._ticked.add(state.key)
+        self.metrics.rules_ticked.set(len(self._ticked))
+        self._check_all_ticked()
+
+    def _check_all_ticked(self) -> None:
+        # Not before the first full list: until then, the rules running are only those listed so far.
+        if not self._all_ticked and self.ready.is_set() and self.leading and len(self._ticked) >= len(self._running):
+            self._all_ticked = True
+            seconds = self.clock.now() - self._leading_since
+            self.metrics.first_ticks.set(seconds)
+            log.info("every rule (%d) has ticked once, %.1fs after this replica began leading", len(self._ticked),
+                     seconds)
 
     def may_write(self) -> bool:
         return self.leading and self.lease_valid()
@@ -220,8 +273,16 @@ class Operator:
             seen = set()
             together = len(objects)
             for obj in objects:
-                seen.add(_key(obj))
-                await self._upsert(obj, spread=together)
+                key = "?"
+                try:
+                    key = _key(obj)
+                    seen.add(key)
+                    await self._upsert(obj, spread=together)
+                except Exception:
+                    # One object we cannot handle must not hold up every other rule of the scope (nor delete the
+                    # rules listed after it): say which, count it, go on. Its next event is handled afresh.
+                    self.metrics.sync_errors.inc()
+                    log.exception("rule %s: handling it in the list failed; going on with the others", key)
             for key, state in list(self.rules.items()):
                 in_scope = scope is None or state.namespace == scope
                 if in_scope and key not in seen:
@@ -232,6 +293,8 @@ class Operator:
                 if not self.ready.is_set():
                     _settle_the_heap()
                 self.ready.set()
+                if self._running:
+                    self._check_all_ticked()
 
     async def upsert(self, obj: dict[str, Any]) -> None:
         async with self._lock:
@@ -250,9 +313,10 @@ class Operator:
             state = None
         if state is None:
             state = RuleState(key=key, obj=_kept(obj), uid=str((obj.get("metadata") or {}).get("uid") or ""))
-            status = obj.get("status")
-            state.last_status = status if isinstance(status, dict) else None
+            self._adopt_status(state, obj)
             self.rules[key] = state
+        elif not self.leading:
+            self._adopt_status(state, obj)  # the leader's writes: what a takeover starts from
         state.obj = _kept(obj)
         if fingerprint == state.fingerprint:
             return  # our own status write, or a metadata change that does not matter
@@ -291,6 +355,16 @@ class Operator:
         if self.leading and state.task is None:
             self._start_task(state, spread=spread)
 
+    @staticmethod
+    def _adopt_status(state: RuleState, obj: dict[str, Any]) -> None:
+        """Take the status stored on the object (another replica's or an earlier process's) as our last write, as
+        of its lastPollTime: a first tick that sees what it says writes nothing until the heartbeat or a
+        significant change is due, instead of 10,000 rewrites of true statuses after every restart."""
+        status = obj.get("status")
+        state.last_status = status if isinstance(status, dict) else None
+        state.last_write = parse_rfc3339((state.last_status or {}).get("lastPollTime")) or 0.0
+        state.submitted = None
+
     def _stored_memory(self, state: RuleState) -> ScalingMemory:
         stored = memory_from_status(state.last_status)
         if stored is None:
@@ -305,6 +379,7 @@ class Operator:
         state = self.rules.pop(key, None)
         if state is None:
             return
+        self._ticked.discard(key)
         self.ownership.release(key)
         await self._stop_task(state, graceful=False)
         self.status_writes.forget(key)
@@ -330,14 +405,14 @@ class Operator:
 
     def _start_task(self, state: RuleState, *, spread: int = 0) -> None:
         """Start the rule's loop. `spread`: how many rules start together (a relist, a new leader); they begin at a
-        random point of their first interval (at most MAX_SPREAD), or of N / STARTS_PER_SECOND seconds when that
-        is longer, so N rules make a bounded number of requests a second rather than N at once."""
+        random point of their first interval (at most MAX_SPREAD), so that N rules do not poll all at once."""
         assert state.reconciler is not None
         state.stop = asyncio.Event()
         reconciler, stop = state.reconciler, state.stop
         # At most MAX_SPREAD: a rule polled hourly must not wait up to an hour for its first status.
-        window = max(min(reconciler.rule.spec.polling_interval, MAX_SPREAD), spread / STARTS_PER_SECOND)
+        window = min(reconciler.rule.spec.polling_interval, MAX_SPREAD)
         first_delay = random.uniform(0.0, window) if spread else 0.0
+        self._running.add(state.key)
 
         async def run() -> None:
             try:
@@ -350,6 +425,8 @@ class Operator:
         state.task = asyncio.create_task(run(), name=f"rule {state.key}")
 
     async def _stop_task(self, state: RuleState, *, graceful: bool) -> None:
+        self._running.discard(state.key)
+        self._ticked.discard(state.key)
         task, state.task = state.task, None
         if task is None:
             return
@@ -366,6 +443,7 @@ class Operator:
         async with self._lock:
             self.leading = True
             self.metrics.leader.set(1)
+            self._began_leading()
             for state in self.rules.values():
                 if state.rule is None and state.errors:
                     await self._report_invalid(state)
@@ -445,6 +523,8 @@ class RuleReporter:
         op, state = self.operator, self.state
         if not op.may_write():
             return
+        if not state.ticked:
+            op._first_tick(state)
         now = op.clock.now()
         rule = result.rule
         rule_labels = (rule.namespace, rule.name)
@@ -600,7 +680,8 @@ async def run(options: OperatorOptions, *, stop: asyncio.Event | None = None) ->
         return 2
     identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
     options.identity = identity
-    api = KubeApi(configuration, user_agent=f"queuescale/{__version__} ({identity})")
+    api = KubeApi(configuration, user_agent=f"queuescale/{__version__} ({identity})",
+                  limiter=TokenBucket(options.kube_qps, options.kube_burst))
     http = polling_client(timeout=options.http_timeout, max_connections=200)
     operator = Operator(api, http, options)
     operator.metrics.gc.install()

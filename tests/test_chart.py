@@ -186,6 +186,7 @@ def test_everything_on_renders_every_optional_object() -> None:
         "run", "--leader-elect", "--lease-name=queuescale-leader", "--lease-duration=20s", "--renew-deadline=15s",
         "--retry-period=3s", "--namespace=shop", "--namespace=billing", "--selector=shard=a",
         "--status-interval=1m", "--status-rate=20", "--target-refresh=2m", "--max-concurrent-ticks=300",
+        "--kube-qps=50", "--kube-burst=80",
         "--log-format=json", "--log-level=debug",
         "--bind-address=0.0.0.0"]
     assert {"name": "HTTPS_PROXY", "value": "http://proxy.example.test:3128"} in container["env"]

@@ -45,6 +45,23 @@ async def test_read_returns_replicas_and_the_version_to_write_against(fake_kube:
 
 
 @pytest.mark.usefixtures("worker")
+async def test_reads_wait_for_the_first_list_a_bounded_while_then_read_scale(fake_kube: FakeKube,
+                                                                             aio_api: aio_client.ApiClient) -> None:
+    """A watch that never lists (here: expected, never run) holds the first reads for `list_wait` over all reads,
+    not each read for as long: then they read /scale as an unwatched kind does."""
+    cache = WorkloadCache(list_wait=0.3)
+    cache.expect("Deployment", None)
+    worker = KubernetesScaleTarget(aio_api, ScaleTargetRef(name="worker"), "default", workloads=cache)
+    started = asyncio.get_running_loop().time()
+    state = await worker.read()
+    assert 0.25 <= asyncio.get_running_loop().time() - started < 2.0
+    assert (state.replicas, state.ready_replicas, state.watched) == (2, None, False)
+    started = asyncio.get_running_loop().time()
+    await worker.read()  # the wait is spent: at once
+    assert asyncio.get_running_loop().time() - started < 0.2
+
+
+@pytest.mark.usefixtures("worker")
 async def test_a_watched_deployment_is_read_from_the_watch_with_its_ready_replicas(
         fake_kube: FakeKube, kubeconfig: Path) -> None:
     api = KubeApi(await load_configuration(str(kubeconfig)))
@@ -52,8 +69,12 @@ async def test_a_watched_deployment_is_read_from_the_watch_with_its_ready_replic
     watch = asyncio.create_task(WorkloadWatch(api, cache, "Deployment").run())
     try:
         worker = KubernetesScaleTarget(api.api_client, ScaleTargetRef(name="worker"), "default", workloads=cache)
-        assert (await worker.read()).ready_replicas is None  # not listed yet: read through /scale, which does not say
-        await _until(lambda: cache.watches("Deployment", "default"))
+        before = len(fake_kube.requests)
+        # Not listed yet: the read waits for the first list (as a controller-runtime cache's readers wait for
+        # WaitForCacheSync) instead of reading /scale, which would be a GET per rule at start-up.
+        assert (await worker.read()).ready_replicas == 2
+        assert not [r for r in fake_kube.requests[before:] if r.path.endswith("/scale")]
+        assert cache.watches("Deployment", "default")
         before = len(fake_kube.requests)
         state = await worker.read()
         assert (state.replicas, state.ready_replicas, state.watched) == (2, 2, True)
@@ -63,7 +84,8 @@ async def test_a_watched_deployment_is_read_from_the_watch_with_its_ready_replic
         await _until(lambda: (cache.get("Deployment", "default", "worker") or state).replicas == 5)
         state = await worker.read()
         assert (state.replicas, state.ready_replicas) == (5, 2)
-        assert [(r.method, r.path) for r in fake_kube.requests[before:]] == [
+        # (The watch that follows the list may be logged meanwhile: the fake logs a watch when it starts answering.)
+        assert [(r.method, r.path) for r in fake_kube.requests[before:] if "watch=true" not in r.query] == [
             ("PUT", "/apis/apps/v1/namespaces/default/deployments/worker/scale")]
     finally:
         watch.cancel()

@@ -21,6 +21,8 @@ from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 from kubernetes.aio.config.config_exception import ConfigException
 
+from controller.kube.ratelimit import TokenBucket
+
 log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -111,9 +113,12 @@ class KubeApi:
 
     def __init__(
         self, configuration: aio_client.Configuration, *, timeout: float = 30.0, user_agent: str | None = None,
-        max_watch_event: int = MAX_WATCH_EVENT,
+        max_watch_event: int = MAX_WATCH_EVENT, limiter: TokenBucket | None = None,
     ) -> None:
+        """`limiter`: every request but watches and those made with `limited=False` (the leader Lease) waits for
+        a token of it first (see controller/kube/ratelimit.py)."""
         self.api_client = aio_client.ApiClient(configuration)
+        self.limiter = limiter
         self.max_watch_event = max_watch_event
         if user_agent:
             self.api_client.user_agent = user_agent  # audit logs (and tests) can tell replicas apart
@@ -133,7 +138,13 @@ class KubeApi:
         body: object = None,
         content_type: str = "application/json",
         timeout: float | None = None,
+        limited: bool = True,
     ) -> dict[str, Any]:
+        """One request, after a token of the limiter when `limited`. The lease's renewals are not limited: a
+        leader that loses its lease while its status writes queue would stop scaling for nothing (client-go's
+        leader election, too, has a client of its own)."""
+        if limited and self.limiter is not None:
+            await self.limiter.acquire()
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
             result = await self.api_client.call_api(

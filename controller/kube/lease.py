@@ -99,7 +99,7 @@ class LeaderElector:
         path = lease_path(self.namespace, self.name)
         now_wall = self._wall()
         try:
-            lease = await self.api.request("GET", path, timeout=self.renew_deadline / 2)
+            lease = await self.api.request("GET", path, timeout=self.renew_deadline / 2, limited=False)
         except KubeError as exc:
             if exc.status != 404:
                 log.info("could not read the lease: %s %s", exc.status, exc.reason)
@@ -128,7 +128,7 @@ class LeaderElector:
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease.get("metadata", {}),
                 "spec": new_spec}
         try:
-            updated = await self.api.request("PUT", path, body=body, timeout=self.renew_deadline / 2)
+            updated = await self.api.request("PUT", path, body=body, timeout=self.renew_deadline / 2, limited=False)
         except KubeError as exc:
             if exc.status != 409:
                 log.info("could not write the lease: %s %s", exc.status, exc.reason)
@@ -152,7 +152,8 @@ class LeaderElector:
             },
         }
         try:
-            await self.api.request("POST", lease_path(self.namespace), body=body, timeout=self.renew_deadline / 2)
+            await self.api.request("POST", lease_path(self.namespace), body=body, timeout=self.renew_deadline / 2,
+                                   limited=False)
         except KubeError as exc:
             if exc.status != 409:
                 log.info("could not create the lease: %s %s", exc.status, exc.reason)
@@ -165,14 +166,14 @@ class LeaderElector:
             return
         path = lease_path(self.namespace, self.name)
         try:
-            lease = await self.api.request("GET", path, timeout=5)
+            lease = await self.api.request("GET", path, timeout=5, limited=False)
             spec = dict(lease.get("spec") or {})
             if spec.get("holderIdentity") != self.identity:
                 return
             spec.update({"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": micro_time(self._wall())})
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease.get("metadata", {}),
                     "spec": spec}
-            await self.api.request("PUT", path, body=body, timeout=5)
+            await self.api.request("PUT", path, body=body, timeout=5, limited=False)
             log.info("released the lease %s/%s", self.namespace, self.name)
         except KubeError as exc:
             log.warning("could not release the lease: %s %s", exc.status, exc.reason)

@@ -15,6 +15,7 @@ import contextlib
 import logging
 import random
 import re
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -91,6 +92,7 @@ class RuleWatcher:
     async def _list(self, path: str) -> str:
         """List the scope and hand the handler the complete set; the list's resourceVersion. (A function of its
         own so that the parsed list, some 100 MB at 10,000 rules, is not kept while watching.)"""
+        started = time.monotonic()
         try:
             listing = await self.api.request_with_retries("GET", path, query=self._query())
         except KubeError as exc:
@@ -104,7 +106,11 @@ class RuleWatcher:
         metadata = listing.get("metadata")
         version = str((metadata if isinstance(metadata, dict) else {}).get("resourceVersion") or "0")
         items = [i for i in listing.get("items") or [] if isinstance(i, dict)]
+        listed = time.monotonic()
         await self.handler.sync(self.namespace, items)
+        # What a slow start-up (or relist) spent its time on: the list, or handling what it brought.
+        log.info("listed %d %s in %s in %.1fs, handled in %.1fs", len(items), self.resource, self.scope,
+                 listed - started, time.monotonic() - listed)
         self._backoff = FIRST_BACKOFF
         return version
 

@@ -230,8 +230,10 @@ def _number(value: float) -> int | float:
 
 
 def significant(status: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a status whose change is worth a write at once: all but counts, trend and messages."""
-    kept = {k: v for k, v in status.items() if k not in VOLATILE_FIELDS and k != "conditions"}
+    """The part of a status whose change is worth a write at once: all but counts, trend and messages. Null
+    fields count as absent: a merge patch deletes them, so a status read back from the API server (another
+    replica's, or an earlier process's) has none where the one we built has them."""
+    kept = {k: _without_nulls(v) for k, v in status.items() if k not in VOLATILE_FIELDS and k != "conditions"}
     kept["conditions"] = [
         {k: v for k, v in c.items() if k != "message" or c.get("type") == "Ready"}
         for c in status.get("conditions", [])
@@ -244,6 +246,12 @@ def significant(status: Mapping[str, Any]) -> dict[str, Any]:
     decision = status.get("lastDecision")
     kept["reason"] = decision.get("reason") if isinstance(decision, Mapping) else None
     return kept
+
+
+def _without_nulls(value: object) -> object:
+    if isinstance(value, Mapping):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return value
 
 
 def memory_from_status(status: object) -> object:

@@ -19,6 +19,8 @@ Without RBAC to list a kind (403), the scope is logged once and left unwatched: 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -42,6 +44,8 @@ WATCHED_VERSION = "apps/v1"
 # relist skipped it); one the watch has shown waits for its ready replicas as long as it takes.
 UNSEEN_ASK_TTL = 120.0
 MAX_ASKS = 8  # pending scale-ups per target: more only follow one another faster than pods start
+# How long first ticks wait for the first list of the watched kinds, over all rules, before they read /scale.
+LIST_WAIT = 10.0
 
 WorkloadKey = tuple[str, str, str]  # (kind, namespace, name)
 
@@ -98,13 +102,42 @@ class ScaleUp:
 class WorkloadCache:
     """What the watches last saw of every workload in the watched scopes, and each one's start-up time."""
 
-    def __init__(self, now: Callable[[], float] = time.time) -> None:
-        """`now`: the clock start-up times are measured by (the operator's)."""
+    def __init__(self, now: Callable[[], float] = time.time, *, list_wait: float = LIST_WAIT) -> None:
+        """`now`: the clock start-up times are measured by (the operator's). `list_wait`: see await_listed."""
         self.now = now
+        self.list_wait = list_wait
+        self._expected: set[tuple[str, str | None]] = set()  # (kind, scope) whose watch has not listed yet
+        self.listed = asyncio.Event()  # every expected watch has listed once (or may not list)
+        self.listed.set()
+        self._list_deadline: float | None = None
         self._objects: dict[WorkloadKey, Workload] = {}
         self._synced: dict[str, set[str | None]] = {kind: set() for _, kind in WATCHED_KINDS}
         self._asks: dict[WorkloadKey, list[ScaleUp]] = {}
         self._startup: dict[WorkloadKey, float] = {}
+
+    # ---------------------------------------------------------------------------------------------- first list
+
+    def expect(self, kind: str, scope: str | None) -> None:
+        """A watch will serve this kind in this scope: until it has listed once, reads wait for it."""
+        self._expected.add((kind, scope))
+        self.listed.clear()
+
+    def _listed(self, kind: str, scope: str | None) -> None:
+        self._expected.discard((kind, scope))
+        if not self._expected:
+            self.listed.set()
+
+    async def await_listed(self) -> None:
+        """Just started: wait for the first list of every watched kind, so that thousands of first ticks read
+        their targets from it rather than each through a GET of its /scale. At most `list_wait` seconds from the
+        first read that waits, over all reads: a list that keeps failing must not hold every tick for long."""
+        loop = asyncio.get_running_loop()
+        if self._list_deadline is None:
+            self._list_deadline = loop.time() + self.list_wait
+        remaining = self._list_deadline - loop.time()
+        if remaining > 0 and not self.listed.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.listed.wait(), remaining)
 
     # ---------------------------------------------------------------------------------------------- reads
 
@@ -185,6 +218,7 @@ class WorkloadCache:
             if key not in seen:
                 self._forget(key)
         self._synced[kind].add(scope)
+        self._listed(kind, scope)
 
     def _upsert(self, kind: str, obj: dict[str, Any]) -> WorkloadKey | None:
         meta = obj.get("metadata")
@@ -209,6 +243,7 @@ class WorkloadCache:
         self._synced[kind].discard(scope)
         for key in [k for k in self._objects if k[0] == kind and (scope is None or k[1] == scope)]:
             self._forget(key)
+        self._listed(kind, scope)  # nothing to wait for: its targets are read through /scale
 
 
 class WorkloadHandler:
@@ -250,6 +285,7 @@ class WorkloadWatch:
         self.recheck = recheck
         self.on_error = on_error
         self.watcher: RuleWatcher | None = None
+        cache.expect(kind, namespace)
 
     async def run(self) -> None:
         """Runs until cancelled."""

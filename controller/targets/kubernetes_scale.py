@@ -26,6 +26,7 @@ import aiohttp
 from kubernetes.aio.client import ApiClient
 from kubernetes.aio.client.exceptions import ApiException
 
+from controller.kube.ratelimit import TokenBucket
 from controller.kube.workloads import WATCHED_KINDS, WATCHED_VERSION, Workload, WorkloadCache
 from controller.spec import ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
@@ -57,8 +58,12 @@ class KubernetesScaleTarget:
     """One workload in one namespace, read and scaled through its scale subresource."""
 
     def __init__(self, api: ApiClient, ref: ScaleTargetRef, namespace: str, *, plural: str | None = None,
-                 request_timeout: float = 10.0, workloads: WorkloadCache | None = None) -> None:
-        """`workloads`: the watch cache to read a Deployment or StatefulSet from (None: always read /scale)."""
+                 request_timeout: float = 10.0, workloads: WorkloadCache | None = None,
+                 limiter: TokenBucket | None = None) -> None:
+        """`workloads`: the watch cache to read a Deployment or StatefulSet from (None: always read /scale).
+        `limiter`: the operator's client-side request limit; reads wait for it, a scale write takes its token at
+        once (see controller/kube/ratelimit.py)."""
+        self._limiter = limiter
         self._api = api
         self._ref = ref
         self.namespace = namespace
@@ -82,7 +87,11 @@ class KubernetesScaleTarget:
 
     async def read(self) -> ScaleState:
         """The target's spec.replicas and the resourceVersion to write against: from the watch when it holds the
-        target (with readyReplicas and the start-up time), else from a GET of its Scale (ready unknown)."""
+        target (with readyReplicas and the start-up time), else from a GET of its Scale (ready unknown). Right after
+        start-up, a watched kind waits (a bounded while, see WorkloadCache.await_listed) for its first list rather
+        than read /scale: 10,000 first ticks would otherwise be 10,000 GETs."""
+        if self._workloads is not None and not self._workloads.listed.is_set():
+            await self._workloads.await_listed()
         cached = self._from_watch()
         if cached is not None:
             return cached
@@ -170,6 +179,11 @@ class KubernetesScaleTarget:
         return plural
 
     async def _request(self, method: str, path: str, body: object = None, *, what: str | None = None) -> Any:
+        if self._limiter is not None:
+            if method == "GET":
+                await self._limiter.acquire()
+            else:
+                self._limiter.charge()  # a scale is never held back behind status writes
         try:
             return await self._api.call_api(
                 path, method,

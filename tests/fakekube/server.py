@@ -88,6 +88,7 @@ class RequestRecord:
     content_type: str
     status: int
     user_agent: str = ""
+    at: float = 0.0  # time.monotonic() when answered: requests per second can be counted
 
 
 @dataclass
@@ -656,7 +657,8 @@ class _Handler(BaseHTTPRequestHandler):
         content_type = self.headers.get("Content-Type", "")
         with fake.store.lock:
             fake.requests.append(RequestRecord(self.command, parsed.path, parsed.query, content_type,
-                                               self._status_code, self.headers.get("User-Agent", "")))
+                                               self._status_code, self.headers.get("User-Agent", ""),
+                                               time.monotonic()))
             fake.request_total += 1
             agent = self.headers.get("User-Agent", "")
             if agent.startswith("queuescale/"):
