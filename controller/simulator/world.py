@@ -290,51 +290,13 @@ class World:
     # One second
 
     def step(self, t: int) -> None:
-        """Advance from t to t+1: completions, pods becoming ready, messages reappearing or expiring, dequeues.
-
-        The same as advance(t), a dequeue into the free slots, then account(t) (a MultiQueueWorld calls them one
-        by one); written out once more here because this runs every simulated second of every run."""
-        tally = self.tally
-        done = self.in_flight.pop(t, None)
-        if done is not None:
-            for group in done:
-                n = group[0]
-                self.in_flight_active -= n
-                if group[4]:
-                    tally.processed += n
-                    self.in_flight_counted -= n
-        if self.drains:
-            self._step_drains(t)
-        starting = self.starting
-        while starting and starting[0][0] <= t:
-            pods = starting.popleft()[1]
-            self.ready += pods
-            self.starting_count -= pods
-        pending = self.pending
-        while pending and pending[0][0] <= t:
-            cohort = heapq.heappop(pending)[2]
-            if cohort.count:
-                self.pending_count -= cohort.count
-                cohort.state = VISIBLE
-                self.visible.append(cohort)
-                self.visible_count += cohort.count
-        if self.ttl is not None:
-            self._expire(t)
-
+        """Advance from t to t+1: completions, pods becoming ready, messages reappearing or expiring, dequeues into
+        the free slots, then the second's cost and lateness (a MultiQueueWorld calls the parts one by one)."""
+        self.advance(t)
         free = self.ready * self.workers.concurrency - self.in_flight_active
         if free > 0 and self.visible_count:
             self._dequeue(t, free)
-
-        tally.worker_seconds += self.ready + self.starting_count + (self.draining_pods if self.drains else 0)
-        if self.visible_count:
-            visible = self.visible
-            while not visible[0].count:
-                visible.popleft()
-            age = t - visible[0].enqueued
-            if age > tally.oldest_age_max:
-                tally.oldest_age_max = age
-            if age > self.slo_wait:
-                tally.slo_violation_seconds += 1
+        self.account(t)
 
     def advance(self, t: int) -> None:
         """The first part of a step: completions, pods becoming ready, messages reappearing or expiring."""
