@@ -1,5 +1,5 @@
 """Get Queue Metadata polls per second and CPU per poll from one process, on httpx's default transport, the aiohttp
-one, the asyncio one (`controller.sources.transport`) under httpx, and the poller's fast path (`polling_client`:
+one, the asyncio one (`controller.net.transport`) under httpx, and the poller's fast path (`polling_client`:
 `StreamTransport.fetch`, no httpx request or response), and what Shared Key signing costs.
 
     .venv/bin/python -m benchmarks.azure_poll [--seconds 3] [--concurrency 1 8 32] [--server fast azurite]
@@ -33,11 +33,12 @@ from pathlib import Path
 import httpx
 
 from benchmarks.capacity import DEV_KEY, ROOT, _wait
+from controller.model.fields import SecretKeyRef
+from controller.model.sources.azure_queue import AzureQueueSource
+from controller.net.transport import AiohttpTransport, StreamTransport, polling_client
 from controller.sources.azure_auth import SharedKey, format_http_date
-from controller.sources.azure_queue import API_VERSION, AzureQueuePoller, AzureQueueSource
+from controller.sources.azure_queue import API_VERSION, AzureQueuePoller
 from controller.sources.base import SourceContext
-from controller.sources.transport import AiohttpTransport, StreamTransport, polling_client
-from controller.spec import SecretKeyRef
 
 QUEUE = "bench"
 ACCOUNT = "devstoreaccount1"

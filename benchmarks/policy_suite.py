@@ -31,15 +31,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import controller.sources  # noqa: F401  (registers the queue kinds)
+from controller.commands.simulate import default_rule
+from controller.model.rule import QueueScaler
 from controller.simulator.adapters import RuleAutoscaler
-from controller.simulator.command import default_rule
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
 from controller.simulator.report import line_chart
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, library, load_scenario
 from controller.simulator.world import World
-from controller.spec import QueueScaler
 
 ROOT = Path(__file__).resolve().parent.parent
 HOLDOUT = sorted((ROOT / "benchmarks" / "scenarios").glob("*.yaml"))

@@ -18,9 +18,8 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
-import controller.sources  # noqa: F401  (registers azure-queue with the spec parser)
+from controller.commands.simulate import default_rule
 from controller.simulator.adapters import RuleAutoscaler, StaticAutoscaler
-from controller.simulator.command import default_rule
 from controller.simulator.keda import KedaAutoscaler, parse_scaled_object
 from controller.simulator.run import Contender, simulate
 from controller.simulator.scenario import Scenario, library, parse_scenario, plan_arrivals

@@ -27,10 +27,9 @@ def _validate(args: argparse.Namespace) -> int:
 
     import yaml
 
-    import controller.sources  # noqa: F401  (registers the queue kinds with the spec parser)
-    from controller.rulefiles import load_files
-    from controller.spec import API_GROUP, KIND
-    from controller.textfmt import plural
+    from controller.model.loading import load_files
+    from controller.model.rule import API_GROUP, KIND
+    from controller.model.textfmt import plural
 
     result = load_files(args.files)
     lines = list(result.error_lines())
@@ -67,7 +66,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _check(args: argparse.Namespace) -> int:
     import os
 
-    from controller.check import run
+    from controller.commands.check import run
 
     return run(args.rule, secrets_file=args.secrets, current_replicas=args.current_replicas,
                output=args.output or "table", environ=os.environ, out=sys.stdout, err=sys.stderr)
@@ -98,7 +97,7 @@ def _positive_float(text: str) -> float:
 
 
 def _duration(text: str) -> float:
-    from controller.spec import parse_duration
+    from controller.model.fields import parse_duration
 
     seconds = parse_duration(text)
     if seconds is None:
@@ -109,8 +108,9 @@ def _duration(text: str) -> float:
 def _run(args: argparse.Namespace) -> int:
     import asyncio
 
-    from controller import logs
-    from controller.operator import OperatorOptions, run
+    from controller.operator import logs
+    from controller.operator.options import OperatorOptions
+    from controller.operator.runner import run
 
     logs.configure(args.log_format, args.log_level)
     options = OperatorOptions(
@@ -209,7 +209,7 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from controller.simulator.command import SimulateRequest, run
+    from controller.commands.simulate import SimulateRequest, run
 
     if args.scenario is None and not args.list:
         args.parser.error("give --scenario NAME|FILE (see --list for the built-in ones)")  # exit 2: a usage error
@@ -245,7 +245,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _convert_keda(args: argparse.Namespace) -> int:
-    from controller.convert_keda import run
+    from controller.keda.convert import run
 
     return run(args.scaledobject, args.out, sys.stdout, sys.stderr, output=args.output or "yaml")
 
@@ -254,7 +254,7 @@ def _record(args: argparse.Namespace) -> int:
     import os
     from pathlib import Path
 
-    from controller.record import RecordOptions, run
+    from controller.commands.record import RecordOptions, run
 
     return run(RecordOptions(
         rule_file=args.rule, duration=args.duration, out=Path(args.out), secrets_file=args.secrets,
@@ -266,7 +266,7 @@ def _record(args: argparse.Namespace) -> int:
 
 def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from controller.demo.options import DemoOptions
-    from controller.textfmt import duration
+    from controller.model.textfmt import duration
 
     d = DemoOptions()
     demo = commands.add_parser(

@@ -23,90 +23,26 @@ so an operator writes status only when something happened.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
 
-from controller.spec import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec
-from controller.textfmt import duration, plural
-
-
-class Reason(StrEnum):
-    """Why the desired count is what it is; machine-readable, used in conditions, events and metrics."""
-
-    SCALED_UP = "ScaledUp"
-    SCALED_DOWN = "ScaledDown"
-    ACTIVATED_FROM_ZERO = "ActivatedFromZero"
-    SCALED_TO_ZERO = "ScaledToZero"
-    HELD_BY_COOLDOWN = "HeldByCooldown"
-    HELD_BY_STABILIZATION = "HeldByStabilization"
-    LIMITED_BY_STEP = "LimitedByStep"
-    AT_MAXIMUM = "AtMaximum"
-    AT_MINIMUM = "AtMinimum"
-    WITHIN_TOLERANCE = "WithinTolerance"
-    STEADY = "Steady"
-    INACTIVE = "Inactive"
-    ACTIVATION_DEFERRED = "ActivationDeferred"
-    PENDING_SCALE_TO_ZERO = "PendingScaleToZero"
-    POLL_FAILED = "PollFailed"
-    FALLBACK = "Fallback"
-    PAUSED = "Paused"
-
+from controller.model.readings import (
+    Observation,
+    Reason,
+    Recommendation,
+    ScalingMemory,
+)
+from controller.model.rule import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec
+from controller.model.textfmt import duration, plural
 
 # --------------------------------------------------------------------------------------------------------------
 # Observations
 
 
-@dataclass(frozen=True)
-class SourceError:
-    """Why a source gave no count: `code` is the queue service's own (e.g. Azure's QueueNotFound)."""
-
-    code: str
-    message: str
-    retryable: bool = True
 
 
-@dataclass(frozen=True)
-class SourceReading:
-    """One source's answer to one poll: a count, or an error."""
-
-    count: int | None
-    error: SourceError | None = None
-    note: str = ""  # e.g. "visible count unknown: 32 or more, used the approximate count"
-
-    @classmethod
-    def of(cls, count: int, note: str = "") -> SourceReading:
-        return cls(count=count, note=note)
-
-    @classmethod
-    def failed(cls, code: str, message: str, *, retryable: bool = True) -> SourceReading:
-        return cls(count=None, error=SourceError(code, message, retryable))
 
 
-@dataclass(frozen=True)
-class Observation:
-    """Every source's reading at one poll, in the order of `spec.sources`."""
-
-    time: float
-    readings: tuple[SourceReading, ...]
-
-    @property
-    def failed(self) -> bool:
-        return not self.readings or any(r.error is not None for r in self.readings)
-
-    def total(self, spec: QueueScalerSpec) -> float | None:
-        """Weighted sum or max over the sources that answered; None when none did."""
-        if len(self.readings) == 1:  # the common case, on every tick's trend: no lists
-            count = self.readings[0].count
-            return None if count is None else count * spec.sources[0].weight
-        weighted = [
-            r.count * source.weight
-            for r, source in zip(self.readings, spec.sources, strict=False)
-            if r.count is not None
-        ]
-        if not weighted:
-            return None
-        return max(weighted) if spec.aggregation == "max" else sum(weighted)
 
 
 def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float) -> float | None:
@@ -135,104 +71,18 @@ def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float
 # Memory
 
 
-@dataclass(frozen=True)
-class Recommendation:
-    """From `since` until the next recommendation, the policy recommended `replicas`."""
-
-    since: float
-    replicas: int
 
 
-@dataclass(frozen=True)
-class ScaleEvent:
-    time: float
-    from_replicas: int
-    to_replicas: int
 
 
-@dataclass(frozen=True)
-class ScalingMemory:
-    """What a rule remembers between ticks; round-trips through plain JSON."""
-
-    recommendations: tuple[Recommendation, ...] = ()
-    scale_events: tuple[ScaleEvent, ...] = ()
-    last_scale_up: float | None = None
-    last_scale_down: float | None = None
-    inactive_since: float | None = None
-    pending_since: float | None = None  # at zero replicas, when work first waited (rate mode defers waking)
-    consecutive_failures: int = 0
-
-    def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
-        """The memory after the target was really scaled (call only once the write succeeded)."""
-        if to_replicas == from_replicas:
-            return self
-        event = ScaleEvent(now, from_replicas, to_replicas)
-        if to_replicas > from_replicas:
-            return replace(self, scale_events=(*self.scale_events, event), last_scale_up=now)
-        return replace(self, scale_events=(*self.scale_events, event), last_scale_down=now)
-
-    @property
-    def last_scale(self) -> float | None:
-        times = [t for t in (self.last_scale_up, self.last_scale_down) if t is not None]
-        return max(times) if times else None
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "recommendations": [[r.since, r.replicas] for r in self.recommendations],
-            "scaleEvents": [[e.time, e.from_replicas, e.to_replicas] for e in self.scale_events],
-            "lastScaleUp": self.last_scale_up,
-            "lastScaleDown": self.last_scale_down,
-            "inactiveSince": self.inactive_since,
-            "pendingSince": self.pending_since,
-            "consecutiveFailures": self.consecutive_failures,
-        }
-
-    @classmethod
-    def from_json(cls, data: object) -> ScalingMemory:
-        """Rebuild from `to_json()` output; raises ValueError on anything else."""
-        if not isinstance(data, Mapping):
-            raise ValueError("memory must be an object")
-        try:
-            return cls(
-                recommendations=tuple(
-                    Recommendation(_number(since), _whole(replicas))
-                    for since, replicas in _rows(data.get("recommendations"), 2)
-                ),
-                scale_events=tuple(
-                    ScaleEvent(_number(t), _whole(a), _whole(b)) for t, a, b in _rows(data.get("scaleEvents"), 3)
-                ),
-                last_scale_up=_time(data.get("lastScaleUp")),
-                last_scale_down=_time(data.get("lastScaleDown")),
-                inactive_since=_time(data.get("inactiveSince")),
-                pending_since=_time(data.get("pendingSince")),
-                consecutive_failures=_whole(data.get("consecutiveFailures", 0)),
-            )
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"memory is not valid: {exc}") from None
 
 
-def _rows(value: object, width: int) -> list[list[object]]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(row, list) and len(row) == width for row in value):
-        raise ValueError(f"expected a list of {width}-item lists")
-    return value
 
 
-def _whole(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not float(value).is_integer() or value < 0:
-        raise ValueError(f"expected a whole number >= 0, got {value!r}")
-    return int(value)
 
 
-def _number(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"expected a time in seconds, got {value!r}")
-    return float(value)
 
 
-def _time(value: object) -> float | None:
-    return None if value is None else _number(value)
 
 
 # --------------------------------------------------------------------------------------------------------------

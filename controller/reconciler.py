@@ -14,12 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from controller.policy import Decision, Observation, ScaleEvent, ScalingMemory, SourceReading, decide
-from controller.slots import Slots
+from controller.model.readings import Observation, ScaleEvent, ScalingMemory, SourceReading
+from controller.model.rule import QueueScaler
+from controller.model.textfmt import duration
+from controller.net.slots import Slots
+from controller.policy import Decision, decide
 from controller.sources.base import Source
-from controller.spec import QueueScaler
 from controller.targets.base import ScaleState, Target, TargetConflict, TargetError
-from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,13 @@ from typing import Any
 
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from controller.policy import SourceReading
-from controller.sources.azure_queue import AzureQueuePoller, AzureQueueSource
-from controller.sources.base import SecretResolver, SecretUnavailable, SourceContext
+from controller.model.fields import SecretKeyRef
+from controller.model.readings import SourceReading
+from controller.model.secrets import SecretResolver, SecretUnavailable
+from controller.model.sources.azure_queue import AzureQueueSource
+from controller.sources.azure_queue import AzureQueuePoller
+from controller.sources.base import SourceContext
 from controller.sources.retries import RetryPolicy
-from controller.spec import SecretKeyRef
 from tests.azurite import Azurite
 from tests.transports import http_client
 

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import controller.sources  # noqa: F401  (registers the queue kinds)
-from controller.policy import Decision, Observation, ScalingMemory, SourceReading, decide
-from controller.spec import QueueScalerSpec, parse_spec
+from controller.model.readings import Observation, ScalingMemory, SourceReading
+from controller.model.rule import QueueScalerSpec, parse_spec
+from controller.policy import Decision, decide
 
 MONDAY_0900_UTC = 1_767_603_600.0  # 2026-01-05 09:00:00 UTC, a Monday
 

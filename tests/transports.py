@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from controller.sources.transport import AiohttpTransport, polling_client
+from controller.net.transport import AiohttpTransport, polling_client
 
 __all__ = ["TRANSPORTS", "http_client", "http_transport"]
 

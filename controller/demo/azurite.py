@@ -15,8 +15,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from controller.model.textfmt import duration
 from controller.sources.azure_auth import DEV_ACCOUNT, DEV_ACCOUNT_KEY
-from controller.textfmt import duration
 
 PROJECT_BIN = Path(__file__).resolve().parents[2] / ".tools" / "node" / "node_modules" / ".bin" / "azurite-queue"
 START_TIMEOUT = 30.0

@@ -27,20 +27,21 @@ from typing import Any, TextIO
 
 import httpx
 
-import controller.sources  # noqa: F401  (registers the azure-queue kind)
 from controller.demo.azurite import AzuriteError, AzuriteQueueService
 from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure
 from controller.demo.run import QUEUE_NAME, SECRET, _DemoSecrets, _worker_environ
 from controller.demo.worker import CONNECTION_ENV
+from controller.model.fields import SecretKeyRef
+from controller.model.rule import QueueScaler
+from controller.model.sources.azure_queue import AzureQueueSource
+from controller.model.textfmt import duration, plural
 from controller.reconciler import Reconciler, SystemClock, TickResult
 from controller.simulator.run import Metrics, RunResult
 from controller.simulator.scenario import ArrivalPlan, Scenario, ServiceTime, plan_arrivals
+from controller.sources import build_source
 from controller.sources.azure_auth import scrub
-from controller.sources.azure_queue import AzureQueueSource
-from controller.sources.base import Source, SourceContext, build_source
-from controller.spec import QueueScaler, SecretKeyRef
+from controller.sources.base import Source, SourceContext
 from controller.targets.local_process import LocalProcessTarget
-from controller.textfmt import duration, plural
 
 EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 MAX_LIVE_WORKERS = 64  # processes on one machine
@@ -69,8 +70,8 @@ class InputError(Exception):
 
 def load_inputs(options: ScenarioDemoOptions) -> tuple[Scenario, QueueScaler]:
     """The scenario and the rule (the simulator's default rule for it when none is given), pointed at Azurite."""
-    from controller.simulator.command import InputError as SimInputError
-    from controller.simulator.command import default_rule, load_rules
+    from controller.commands.simulate import InputError as SimInputError
+    from controller.commands.simulate import default_rule, load_rules
     from controller.simulator.scenario import ScenarioError, load_scenario
 
     try:

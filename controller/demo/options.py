@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.textfmt import duration
+from controller.model.textfmt import duration
 
 
 @dataclass(frozen=True)
 class DemoOptions:
-    """The demo's knobs; the defaults make the run docs/demo.md times (tests/test_docs.py checks its figures)."""
+    """The demo's knobs; the defaults make the run docs/demo.md times (test_docs.py checks its figures)."""
 
     burst: int = 160
     burst_at: float = 5.0  # seconds after the rule starts

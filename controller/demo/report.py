@@ -11,8 +11,8 @@ from pathlib import Path
 import yaml
 
 from controller.demo.run import DemoRecord, demo_rule_document
+from controller.model.textfmt import duration, plural
 from controller.simulator.report import line_chart
-from controller.textfmt import duration, plural
 
 QUEUE, DESIRED, READY, PROCESSED, SENT = "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#7f7f7f"
 

@@ -27,17 +27,19 @@ from typing import Any, TextIO
 import httpx
 import yaml
 
-import controller.sources  # noqa: F401  (registers the azure-queue kind)
 from controller.demo.azurite import AzuriteError, AzuriteQueueService
 from controller.demo.options import DemoOptions
 from controller.demo.view import Frame, LiveView
 from controller.demo.worker import CONNECTION_ENV
+from controller.model.fields import SpecError, format_duration
+from controller.model.rule import QueueScaler, parse_queuescaler
+from controller.model.secrets import SecretUnavailable
+from controller.model.textfmt import duration, plural
 from controller.reconciler import Reconciler, SystemClock, TickResult
+from controller.sources import build_source
 from controller.sources.azure_auth import scrub
-from controller.sources.base import SecretUnavailable, Source, SourceContext, build_source
-from controller.spec import QueueScaler, SpecError, format_duration, parse_queuescaler
+from controller.sources.base import Source, SourceContext
 from controller.targets.local_process import LocalProcessTarget
-from controller.textfmt import duration, plural
 
 QUEUE_NAME = "demo-jobs"
 RULE_NAME = "demo-worker"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from controller.textfmt import duration, offset
+from controller.model.textfmt import duration, offset
 
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 40

@@ -297,7 +297,7 @@ def _skip_netrc(api_client: aio_client.ApiClient) -> None:
         return
     session = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
     if session is not None and hasattr(session, "_trust_env"):
-        session._trust_env = False  # no public setter; checked by tests/test_fakekube.py
+        session._trust_env = False  # no public setter; checked by tests/kube/test_fakekube.py
 
 
 def _error_from(status: int, reason: str, body: object, headers: Any) -> KubeError:

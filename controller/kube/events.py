@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.kube.status import rfc3339
+from controller.kube.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from urllib.parse import quote
 
 from controller.kube.api import KubeApi, KubeError
 from controller.kube.rules import RuleWatcher, until_listable
-from controller.kube.status import parse_rfc3339
-from controller.spec import QueueScaler, ScaleTargetRef
+from controller.kube.timestamps import parse_rfc3339
+from controller.model.rule import QueueScaler, ScaleTargetRef
 from controller.targets.base import ScaleState, Target, TargetError
 
 log = logging.getLogger(__name__)

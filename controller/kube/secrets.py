@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
-from controller.sources.base import SecretResolver, SecretUnavailable
+from controller.model.secrets import SecretResolver, SecretUnavailable
 
 # (namespace, name) -> the Secret object (its `data` of base64 values and its `metadata`); raises an exception
 # with .status (404, 403, ...) like KubeError

@@ -9,10 +9,11 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from controller.policy import SourceReading
+from controller.model.readings import SourceReading
+from controller.model.rule import QueueScaler, ScaleTargetRef
+from controller.model.sources.base import SourceSpec
 from controller.reconciler import Reconciler, TickResult
 from controller.simulator.world import PEEK_LIMIT, SimWorld, World
-from controller.spec import QueueScaler, ScaleTargetRef, SourceSpec
 from controller.targets.base import ScaleState, TargetConflict
 
 

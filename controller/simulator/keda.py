@@ -15,7 +15,7 @@ This is the competitor, not our controller, so it is its own code. Two loops, as
    none: the max of the last 5 minutes of recommendations, scale-up limited to max(2 x current, 4)) or `behavior`
    (stabilization windows, Pods/Percent rate limits with selectPolicy).
 
-The pure functions below carry upstream's names so that tests/test_keda_upstream.py can transcribe upstream's
+The pure functions below carry upstream's names so that tests/simulator/test_keda_upstream.py can transcribe upstream's
 test tables onto them. KEDA's metrics server asks the scaler for a fresh count on each HPA request (unless
 `useCachedMetrics`, where the HPA sees the count of KEDA's last poll).
 """
@@ -30,8 +30,8 @@ from typing import Literal
 
 import yaml
 
+from controller.model.fields import FieldError, Fields, SpecError
 from controller.simulator.world import PEEK_LIMIT, MultiQueueWorld, SimWorld, World
-from controller.spec import FieldError, Fields, SpecError
 
 HPA_SYNC = 15
 HPA_TOLERANCE = 0.1  # kube-controller-manager --horizontal-pod-autoscaler-tolerance
@@ -340,7 +340,7 @@ class ScaledObjectError(Exception):
 
 def load_scaled_objects(path: str) -> list[ScaledObject]:
     """Every ScaledObject in a YAML file (`-`: standard input; other kinds are skipped); raises ScaledObjectError."""
-    from controller.rulefiles import read_input
+    from controller.model.loading import read_input
 
     try:
         docs = list(yaml.safe_load_all(read_input(path)))

@@ -8,10 +8,10 @@ import math
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from controller.model.textfmt import duration
 from controller.simulator.run import Metrics, RunResult, percentile
 from controller.simulator.scenario import Scenario
 from controller.simulator.world import Sample
-from controller.textfmt import duration
 
 TIMELINE_COLUMNS = ("t", "policy", "arrivals", "visible", "approximate_count", "in_flight", "desired",
                     "ready_replicas")

@@ -21,8 +21,8 @@ from typing import Literal
 import numpy as np
 import yaml
 
-from controller.spec import FieldError, Fields, SpecError, parse_duration
-from controller.textfmt import duration
+from controller.model.fields import FieldError, Fields, SpecError, parse_duration
+from controller.model.textfmt import duration
 
 DEFAULT_START = "2026-01-05T00:00:00Z"  # a Monday, so weekday schedules line up with day 0
 MAX_DURATION = 31 * 86400.0

@@ -15,72 +15,29 @@ from __future__ import annotations
 import json
 import logging
 import random
-import re
 import time
-from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 import httpx
 
-from controller.policy import SourceError, SourceReading
+from controller.model.readings import SourceError, SourceReading
+from controller.model.secrets import SecretUnavailable
+from controller.model.sources.aws_sqs import AwsSqsSource
+from controller.model.sources.base import SourceSpec
+from controller.model.textfmt import duration
 from controller.sources.aws_sigv4 import AwsCredentials, sign
-from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
+from controller.sources.base import SourceContext
 from controller.sources.retries import RetryPolicy, deadline_for, with_retries
-from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
-from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 
-TYPE = "aws-sqs"
-_REGION = r"[a-z]{2}(-[a-z]+)+-\d"
-_AWS_HOST = re.compile(rf"sqs\.({_REGION})\.amazonaws\.com(\.cn)?")
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _THROTTLING = {"ThrottlingException", "RequestThrottled", "ServiceUnavailable", "InternalFailure",
                "KmsThrottled"}
 
 
-@dataclass(frozen=True, kw_only=True)
-class AwsSqsSource(SourceSpec):
-    """One SQS queue, by URL, and the access key that may read its attributes."""
-
-    queue_url: str
-    region: str
-    access_key_id_secret_ref: SecretKeyRef
-    secret_access_key_secret_ref: SecretKeyRef
-    session_token_secret_ref: SecretKeyRef | None = None
-    include_in_flight: bool = False
-
-    @property
-    def queue_label(self) -> str:
-        return self.queue_url.rstrip("/").rsplit("/", 1)[-1]
 
 
-def parse(f: Fields, weight: float) -> AwsSqsSource:
-    url = f.string("queueURL", required=True, pattern=r"https?://[^\s/?#@]+/\d{12}/[A-Za-z0-9_-]{1,75}(\.fifo)?",
-                   pattern_help="must be a queue URL, https://sqs.<region>.amazonaws.com/<account>/<queue>",
-                   max_length=2048)
-    region = f.optional_string("awsRegion", pattern=_REGION, pattern_help="must be an AWS region such as eu-west-1")
-    key_id = f.secret_ref("accessKeyIdSecretRef")
-    secret = f.secret_ref("secretAccessKeySecretRef")
-    token = f.secret_ref("sessionTokenSecretRef")
-    include = f.boolean("includeInFlight", False)
-    host_match = _AWS_HOST.fullmatch(urlsplit(url).hostname or "") if url else None
-    if region is None:
-        if host_match is not None:
-            region = host_match.group(1)
-        elif url:
-            f.error("awsRegion", "is required when queueURL is not sqs.<region>.amazonaws.com")
-    elif host_match is not None and host_match.group(1) != region:
-        f.error("awsRegion", f'must match the queue URL\'s region "{host_match.group(1)}", got "{region}"')
-    if key_id is None:
-        f.missing("accessKeyIdSecretRef")
-    if secret is None:
-        f.missing("secretAccessKeySecretRef")
-    placeholder = SecretKeyRef("", "")
-    return AwsSqsSource(type=TYPE, weight=weight, queue_url=url, region=region or "",
-                        access_key_id_secret_ref=key_id or placeholder,
-                        secret_access_key_secret_ref=secret or placeholder, session_token_secret_ref=token,
-                        include_in_flight=include)
 
 
 class AwsSqsPoller:
@@ -196,11 +153,9 @@ class AwsSqsPoller:
         return SourceError(code, f"HTTP {status} ({code}) from SQS for {queue}{detail}", retryable=retryable)
 
 
-def _build(spec: SourceSpec, context: SourceContext) -> AwsSqsPoller:
+def build(spec: SourceSpec, context: SourceContext) -> AwsSqsPoller:
     if not isinstance(spec, AwsSqsSource):
         raise TypeError(f"aws-sqs factory got a {type(spec).__name__}")
     return AwsSqsPoller(spec, context)
 
 
-register_source_kind(TYPE, parse)
-register_source_factory(TYPE, _build)

@@ -13,53 +13,25 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
-from typing import Literal
 from urllib.parse import quote
 
 import httpx
 
-from controller.policy import SourceError, SourceReading
-from controller.sources.base import SecretUnavailable, SourceContext, register_source_factory
+from controller.model.readings import SourceError, SourceReading
+from controller.model.secrets import SecretUnavailable
+from controller.model.sources.base import SourceSpec
+from controller.model.sources.rabbitmq import RabbitMqSource
+from controller.model.textfmt import duration
+from controller.sources.base import SourceContext
 from controller.sources.retries import RetryPolicy, deadline_for, with_retries
-from controller.spec import Fields, SecretKeyRef, SourceSpec, register_source_kind
-from controller.textfmt import duration
 
 log = logging.getLogger(__name__)
 
-TYPE = "rabbitmq"
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
-@dataclass(frozen=True, kw_only=True)
-class RabbitMqSource(SourceSpec):
-    """One RabbitMQ queue, read through the management API."""
-
-    queue: str
-    management_url: str
-    vhost: str = "/"
-    username: str = "guest"
-    password_secret_ref: SecretKeyRef | None = None
-    count: Literal["ready", "readyAndUnacked"] = "ready"
-
-    @property
-    def queue_label(self) -> str:
-        return self.queue if self.vhost == "/" else f"{self.vhost}/{self.queue}"
 
 
-def parse(f: Fields, weight: float) -> RabbitMqSource:
-    queue = f.string("queue", required=True, max_length=255)
-    url = f.string("managementURL", required=True, pattern=r"https?://[^\s/?#@]+(/[^\s?#]*)?", max_length=2048,
-                   pattern_help="must be an http(s) URL with no credentials or query, e.g. http://rabbitmq:15672")
-    vhost = f.string("vhost", "/", max_length=255)
-    username = f.string("username", "guest", pattern=r"[^\s]+", pattern_help="must have no white space",
-                        max_length=128)
-    password = f.secret_ref("passwordSecretRef")
-    count = f.choice("count", ("ready", "readyAndUnacked"), "ready")
-    if not vhost and f.has("vhost"):
-        f.error("vhost", "must not be empty (the default vhost is \"/\")")
-    return RabbitMqSource(type=TYPE, weight=weight, queue=queue, management_url=url.rstrip("/"), vhost=vhost or "/",
-                          username=username, password_secret_ref=password, count=count)  # type: ignore[arg-type]
 
 
 class RabbitMqPoller:
@@ -155,11 +127,9 @@ class RabbitMqPoller:
         return sum(int(v) for v in values if isinstance(v, int))
 
 
-def _build(spec: SourceSpec, context: SourceContext) -> RabbitMqPoller:
+def build(spec: SourceSpec, context: SourceContext) -> RabbitMqPoller:
     if not isinstance(spec, RabbitMqSource):
         raise TypeError(f"rabbitmq factory got a {type(spec).__name__}")
     return RabbitMqPoller(spec, context)
 
 
-register_source_kind(TYPE, parse)
-register_source_factory(TYPE, _build)

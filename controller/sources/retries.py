@@ -14,9 +14,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from controller.policy import SourceError, SourceReading
-from controller.sources.base import SecretUnavailable
-from controller.textfmt import duration
+from controller.model.readings import SourceError, SourceReading
+from controller.model.secrets import SecretUnavailable
+from controller.model.textfmt import duration
 
 T = TypeVar("T")
 C = TypeVar("C")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from controller.spec import ScaleTargetRef
+from controller.model.rule import ScaleTargetRef
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from kubernetes.aio.client.exceptions import ApiException
 
 from controller.kube.ratelimit import TokenBucket
 from controller.kube.workloads import WATCHED_KINDS, WATCHED_VERSION, Workload, WorkloadCache
-from controller.spec import ScaleTargetRef
+from controller.model.rule import ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 
 # Kinds whose plural is known without asking discovery (group, kind) -> plural.

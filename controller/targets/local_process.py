@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from controller.spec import ScaleTargetRef
+from controller.model.rule import ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 
 REPLICA_ENV = "QUEUESCALE_REPLICA"  # each process gets its own number (1, 2, ...) in this variable

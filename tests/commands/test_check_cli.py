@@ -1,0 +1,182 @@
+"""`queuescale check` end to end: a subprocess, a rule file, secrets, and a real Azurite."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from controller.commands.check import secret_env_name
+from tests.azurite import ROOT, Azurite
+from tests.helpers import add_traffic, new_queue, unique_queue
+
+WRONG_KEY = base64.b64encode(b"this is not the account key at all, sorry!").decode()
+
+
+def run_check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("QUEUESCALE_SECRET_")}
+    environ.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "controller", "check", *args],
+        cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def rule(name: str, sources: str, *, namespace: str = "shop", extra: str = "") -> str:
+    return f"""
+apiVersion: queuescale.io/v1alpha1
+kind: QueueScaler
+metadata: {{name: {name}, namespace: {namespace}}}
+spec:
+  scaleTargetRef: {{name: {name}}}
+  maxReplicas: 20
+  pollingInterval: 5s
+  policy: {{targetPerReplica: 5}}
+  sources:
+{sources}{extra}
+"""
+
+
+def key_source_yaml(azurite: Azurite, queue: str, strategy: str = "approximate") -> str:
+    return f"""    - type: azure-queue
+      queueName: {queue}
+      accountName: {azurite.account}
+      endpoint: {azurite.endpoint}
+      accountKeySecretRef: {{name: storage, key: account-key}}
+      countStrategy: {strategy}
+"""
+
+
+def secrets_yaml(azurite: Azurite, key: str | None = None) -> str:
+    encoded = base64.b64encode((key or azurite.key).encode()).decode()
+    return f"""
+apiVersion: v1
+kind: Secret
+metadata: {{name: storage, namespace: shop}}
+data:
+  account-key: {encoded}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: orders-queue}}
+stringData:
+  connection-string: "UseDevelopmentStorage=true;QueueEndpoint={azurite.endpoint}"
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_check_counts_visible_invisible_and_delayed_messages_as_json(azurite: Azurite, tmp_path: Path) -> None:
+    queue = new_queue(azurite)
+    add_traffic(queue, visible=5, dequeued=3, delayed=2)
+    sources = key_source_yaml(azurite, queue.queue_name) + key_source_yaml(azurite, queue.queue_name, "visible")
+    rules = write(tmp_path, "rule.yaml", rule("orders", sources))
+    secrets = write(tmp_path, "secrets.yaml", secrets_yaml(azurite))
+
+    done = run_check(rules, "--secrets", secrets, "--json", "--current-replicas", "1")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["sources"] == [
+        {"type": "azure-queue", "queue": queue.queue_name, "count": 10, "error": None},
+        {"type": "azure-queue", "queue": queue.queue_name, "count": 5, "error": None},
+    ]
+    assert result["count"] == 15
+    assert result["decision"]["desired"] == 3  # 15 messages / 5 per replica
+    assert result["decision"]["reason"] == "ScaledUp"
+    assert "count 15" in result["decision"]["message"]
+    assert result["rule"] == "shop/orders"
+
+
+def test_check_prints_counts_and_the_decision_for_people(azurite: Azurite, tmp_path: Path) -> None:
+    queue = new_queue(azurite)
+    add_traffic(queue, visible=12)
+    rules = write(tmp_path, "rule.yaml", rule("orders", key_source_yaml(azurite, queue.queue_name)))
+    done = run_check(rules, "--secrets", write(tmp_path, "s.yaml", secrets_yaml(azurite)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"  azure-queue {queue.queue_name}: 12\n" in done.stdout
+    assert "  count: 12\n" in done.stdout
+    assert "decision: 0 -> 3 replicas (ActivatedFromZero)" in done.stdout
+
+
+def test_check_reads_a_connection_string_from_the_environment(azurite: Azurite, tmp_path: Path) -> None:
+    queue = new_queue(azurite)
+    add_traffic(queue, visible=7, delayed=1)
+    source = f"""    - type: azure-queue
+      queueName: {queue.queue_name}
+      connectionSecretRef: {{name: orders-queue, key: connection-string}}
+"""
+    rules = write(tmp_path, "rule.yaml", rule("orders", source))
+    env_name = secret_env_name("orders-queue", "connection-string")
+    assert env_name == "QUEUESCALE_SECRET_ORDERS_QUEUE_CONNECTION_STRING"
+    done = run_check(rules, "--json", env={env_name: azurite.connection_string})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["sources"][0]["count"] == 8
+
+
+def test_check_reports_a_wrong_key_and_a_missing_queue_with_their_codes(azurite: Azurite, tmp_path: Path) -> None:
+    queue = new_queue(azurite)
+    missing = unique_queue()
+    wrong_key_rule = rule("wrong-key", key_source_yaml(azurite, queue.queue_name))
+    missing_rule = rule("missing", key_source_yaml(azurite, missing), namespace="other")
+    rules = write(tmp_path, "rules.yaml", wrong_key_rule + "---\n" + missing_rule)
+    secrets = write(tmp_path, "s.yaml", secrets_yaml(azurite, WRONG_KEY).replace("namespace: shop", "")
+                    + "---\n" + secrets_yaml(azurite).replace("namespace: shop", "namespace: other"))
+    # Secret 'storage' exists twice: without namespace (wrong key) and in 'other' (right key).
+
+    done = run_check(rules, "--secrets", secrets, "--json")
+
+    assert done.returncode == 1
+    first, second = (json.loads(line) for line in done.stdout.strip().splitlines())
+    assert first["sources"][0]["count"] is None
+    assert first["sources"][0]["error"]["code"] == "AuthenticationFailed"
+    assert first["sources"][0]["error"]["message"].startswith(
+        "the account key for 'devstoreaccount1' was rejected (AuthenticationFailed): "
+        "check the Secret 'storage' key 'account-key'"
+    )
+    assert first["decision"]["reason"] == "PollFailed"
+    assert second["sources"][0]["error"] == {
+        "code": "QueueNotFound",
+        "message": f"queue '{missing}' not found in account 'devstoreaccount1': create it or fix queueName",
+    }
+    assert WRONG_KEY not in done.stdout + done.stderr
+    assert "2 of 2 rules had a source that did not answer" in done.stderr
+
+
+def test_check_of_a_bad_rule_file_prints_validate_errors_on_stderr_and_exits_1() -> None:
+    done = run_check(str(ROOT / "tests" / "data" / "broken-rules.yaml"))
+    assert done.returncode == 1
+    assert done.stdout == ""  # nothing was checked: there is no result, only errors
+    assert "min-above-max: spec.maxReplicas: must be >= minReplicas (10), got 3" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_check_of_a_missing_file_or_bad_secrets_is_a_clear_error(tmp_path: Path, azurite: Azurite) -> None:
+    missing = run_check(str(tmp_path / "nope.yaml"))
+    assert missing.returncode == 1
+    assert "cannot read" in missing.stderr and missing.stdout == ""
+
+    rules = write(tmp_path, "rule.yaml", rule("orders", key_source_yaml(azurite, unique_queue())))
+    bad = write(tmp_path, "bad.yaml", "kind: Secret\nmetadata: {name: storage}\ndata: {account-key: '%%%topsecret'}\n")
+    done = run_check(rules, "--secrets", bad)
+    assert done.returncode == 1
+    assert "Secret 'storage' data key 'account-key' is not Base64" in done.stderr
+    assert "topsecret" not in done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_check_without_the_secret_names_both_ways_to_give_it(azurite: Azurite, tmp_path: Path) -> None:
+    rules = write(tmp_path, "rule.yaml", rule("orders", key_source_yaml(azurite, unique_queue())))
+    done = run_check(rules)
+    assert done.returncode == 1
+    assert "SecretNotFound" in done.stdout
+    assert "QUEUESCALE_SECRET_STORAGE_ACCOUNT_KEY" in done.stdout

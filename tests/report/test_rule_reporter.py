@@ -1,0 +1,108 @@
+"""When the operator writes a rule's status: at once for what matters, counts at most every status interval
+(stretched when there are many rules), a heartbeat otherwise, and nothing for a tick that changed nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from controller.kube.api import KubeError
+from controller.model.rule import QueueScaler
+from controller.operator.options import OperatorOptions
+from controller.operator.runner import Operator, RuleState
+from controller.reconciler import Reconciler
+from controller.report.reporter import RuleReporter
+from tests.policy.test_reconciler import MemoryTarget, QueueSource, VirtualClock
+from tests.policy_helpers import make_spec
+
+
+class RecordingApi:
+    """Answers status patches (or fails them while `failing`), and records them."""
+
+    def __init__(self) -> None:
+        self.patches: list[dict[str, Any]] = []
+        self.failing = False
+        self.api_client = None
+
+    async def request_with_retries(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        if self.failing:
+            raise KubeError(500, "InternalError", "etcd is sad")
+        if path.endswith("/status"):
+            self.patches.append(kwargs["body"]["status"])
+        return {}
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        return {}  # events
+
+
+async def setup(counts: list[int | None], *, rules: int = 1, **options: Any) -> tuple[
+        Reconciler, RecordingApi, VirtualClock, Operator]:
+    api, clock = RecordingApi(), VirtualClock()
+    operator = Operator(api, None, OperatorOptions(**options), clock=clock)  # type: ignore[arg-type]
+    rule = QueueScaler(name="r", namespace="ns", spec=make_spec(pollingInterval="10s",
+                                                                policy={"targetPerReplica": 10}))
+    state = RuleState(key="ns/r", obj={"metadata": {"name": "r", "namespace": "ns"}}, rule=rule)
+    operator.rules = {f"ns/r{i}": RuleState(key=f"ns/r{i}", obj={}) for i in range(1, rules)}
+    operator.rules[state.key] = state
+    reconciler = Reconciler(rule, [QueueSource(counts)], MemoryTarget(replicas=1), clock,
+                            RuleReporter(operator, state))
+    return reconciler, api, clock, operator
+
+
+async def ticks(reconciler: Reconciler, clock: VirtualClock, operator: Operator, n: int) -> None:
+    for _ in range(n):
+        await reconciler.tick()
+        assert await operator.status_writes.drain(5)
+        clock.time += 10
+
+
+async def test_a_quiet_rule_is_written_then_only_as_a_heartbeat() -> None:
+    reconciler, api, clock, operator = await setup([5], status_heartbeat=300.0)
+    await ticks(reconciler, clock, operator, 30)  # 0 .. 290 s
+    # At 0 s, and at 30 s when the message first gives the trend (a count-only change); then nothing...
+    assert [p["lastPollTime"][-9:] for p in api.patches] == ["00:16:40Z", "00:17:10Z"]
+    await ticks(reconciler, clock, operator, 3)  # 300 .. 320 s
+    assert len(api.patches) == 2
+    await ticks(reconciler, clock, operator, 1)  # 330 s: ...until the heartbeat, 300 s after the last write
+    assert len(api.patches) == 3 and api.patches[2]["lastPollTime"][-9:] == "00:22:10Z"
+    await operator.status_writes.close()
+
+
+async def test_counts_alone_wait_for_the_status_interval() -> None:
+    reconciler, api, clock, operator = await setup([2, 3, 4, 5, 6, 2, 3, 4, 5, 6], status_interval=30.0)
+    await ticks(reconciler, clock, operator, 7)  # 0 .. 60 s, a new count (same replicas) every tick
+    assert [p["queueLength"] for p in api.patches] == [2, 5, 3]  # at 0, 30 and 60 s
+    await operator.status_writes.close()
+
+
+async def test_many_rules_stretch_the_count_interval_to_the_status_rate() -> None:
+    # 1,000 rules at 10 writes/s: each rule's counts are written every 100 s, not every 30 s.
+    reconciler, api, clock, operator = await setup([2, 3, 4, 5, 6] * 4, rules=1000, status_interval=30.0,
+                                                   status_rate=10.0)
+    await ticks(reconciler, clock, operator, 12)  # 0 .. 110 s
+    assert [p["queueLength"] for p in api.patches] == [2, 2]  # at 0 and 100 s
+    await operator.status_writes.close()
+
+
+async def test_what_matters_is_written_at_once_whatever_the_rate() -> None:
+    reconciler, api, clock, operator = await setup([5, 5, 500], rules=1000, status_rate=1.0)
+    await ticks(reconciler, clock, operator, 3)
+    assert [p["desiredReplicas"] for p in api.patches] == [1, 50]
+    await operator.status_writes.close()
+
+
+async def test_a_failed_write_is_made_again_by_the_next_tick_that_sees_the_same() -> None:
+    reconciler, api, clock, operator = await setup([5, 500])
+    assert isinstance(reconciler.reporter, RuleReporter)
+    reporter, reconciler.reporter = reconciler.reporter, None
+    first, burst = await reconciler.tick(), await reconciler.tick()
+    await reporter.report(first)
+    assert await operator.status_writes.drain(5) and len(api.patches) == 1
+    api.failing = True
+    await reporter.report(burst)
+    assert await operator.status_writes.drain(5) and len(api.patches) == 1
+    api.failing = False
+    clock.time += 10
+    await reporter.report(burst)  # the very same tick result: only the failure makes it worth a write
+    assert await operator.status_writes.drain(5)
+    assert [p["desiredReplicas"] for p in api.patches] == [1, 50]
+    await operator.status_writes.close()

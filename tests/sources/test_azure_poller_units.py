@@ -1,0 +1,122 @@
+"""Poller behaviour that needs no server: secrets that hang or break, back-off steps, check's secret lookup."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import random
+from typing import Literal
+
+import httpx
+import pytest
+
+from controller.commands.check import NamespaceSecrets, SecretStore, secret_env_name
+from controller.model.fields import SecretKeyRef
+from controller.model.secrets import SecretUnavailable
+from controller.model.sources.azure_queue import AzureQueueSource
+from controller.sources.azure_queue import API_VERSION, AzureQueuePoller
+from controller.sources.base import SourceContext
+from controller.sources.retries import RetryPolicy
+from tests.helpers import DictSecrets, poll_once, timed_poll
+
+Cloud = Literal["public", "china", "usgov"]
+SPEC = AzureQueueSource(type="azure-queue", queue_name="orders", account_name="acme",
+                        account_key_secret_ref=SecretKeyRef("storage", "account-key"))
+
+
+class HangingSecrets:
+    async def __call__(self, name: str, key: str) -> str:
+        await asyncio.sleep(30)
+        return f"{name}/{key}"
+
+
+class BrokenSecrets:
+    async def __call__(self, name: str, key: str) -> str:
+        raise RuntimeError(f"boom with the value topsecret for {name}/{key}")
+
+
+async def test_a_secret_read_that_hangs_ends_within_the_budget() -> None:
+    reading, elapsed = await timed_poll(SPEC, HangingSecrets(), budget=0.5)
+    assert elapsed <= 0.5
+    assert reading.error is not None
+    assert reading.error.code == "Timeout"
+
+
+async def test_a_resolver_bug_is_an_internal_error_reading_not_an_exception() -> None:
+    reading = await poll_once(SPEC, BrokenSecrets())
+    assert reading.error is not None
+    assert reading.error.code == "InternalError"
+    assert "topsecret" not in reading.error.message
+
+
+def test_back_off_doubles_with_jitter_up_to_the_cap() -> None:
+    policy = RetryPolicy(first_delay=0.1, max_delay=0.5)
+    rng = random.Random(7)
+    for retry, step in [(0, 0.1), (1, 0.2), (2, 0.4), (3, 0.5), (9, 0.5)]:
+        delays = [policy.delay(retry, rng) for _ in range(200)]
+        assert min(delays) >= step / 2
+        assert max(delays) <= step
+        assert max(delays) - min(delays) > step / 4  # jittered, not fixed
+
+
+def test_env_names_uppercase_and_replace_other_characters() -> None:
+    assert secret_env_name("orders-queue", "connection-string") == "QUEUESCALE_SECRET_ORDERS_QUEUE_CONNECTION_STRING"
+    assert secret_env_name("a.b", "key_1") == "QUEUESCALE_SECRET_A_B_KEY_1"
+
+
+async def test_check_secrets_prefer_the_rules_namespace_then_unnamespaced_then_env() -> None:
+    store = SecretStore(environ={"QUEUESCALE_SECRET_S_FROM_ENV": "env-value", "QUEUESCALE_SECRET_S_K": "env-k"})
+    store.add_manifests([
+        ("f", {"kind": "Secret", "metadata": {"name": "s", "namespace": "shop"}, "data": {"k": "c2hvcA=="},
+               "stringData": {"plain": "text"}}),
+        ("f", {"kind": "Secret", "metadata": {"name": "s"}, "stringData": {"k": "anywhere"}}),
+        ("f", {"kind": "ConfigMap", "metadata": {"name": "s"}, "data": {"k": "ignored"}}),
+    ])
+    shop, media = NamespaceSecrets(store, "shop"), NamespaceSecrets(store, "media")
+    assert await shop("s", "k") == "shop"
+    assert await shop("s", "plain") == "text"
+    assert await media("s", "k") == "anywhere"
+    assert await media("s", "from-env") == "env-value"
+    with pytest.raises(SecretUnavailable) as missing_key:
+        await shop("s", "nope")
+    assert missing_key.value.code == "KeyNotFound"
+    with pytest.raises(SecretUnavailable) as missing_secret:
+        await shop("other", "k")
+    assert missing_secret.value.code == "SecretNotFound"
+    assert "QUEUESCALE_SECRET_OTHER_K" in missing_secret.value.message
+
+
+def test_string_data_wins_over_data() -> None:
+    store = SecretStore()
+    store.add_manifests([("f", {"kind": "Secret", "metadata": {"name": "s"}, "data": {"k": "ZGF0YQ=="},
+                                "stringData": {"k": "string"}})])
+    assert store.secrets[(None, "s")] == {"k": "string"}
+
+
+@pytest.mark.parametrize(
+    ("cloud", "host"),
+    [
+        ("public", "acme.queue.core.windows.net"),
+        ("china", "acme.queue.core.chinacloudapi.cn"),
+        ("usgov", "acme.queue.core.usgovcloudapi.net"),
+    ],
+)
+async def test_the_cloud_picks_the_endpoint_and_the_request_is_signed(cloud: Cloud, host: str) -> None:
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(200, headers={"x-ms-approximate-messages-count": "3"})
+
+    spec = dataclasses.replace(SPEC, cloud=cloud)
+    secrets = DictSecrets({("storage", "account-key"): base64.b64encode(b"k" * 32).decode()})
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        reading = await AzureQueuePoller(spec, SourceContext(http, secrets)).poll(5.0)
+    assert reading.count == 3
+    (request,) = seen
+    assert str(request.url) == f"https://{host}/orders?comp=metadata"
+    assert request.method == "GET"
+    assert request.headers["authorization"].startswith("SharedKey acme:")
+    assert request.headers["x-ms-version"] == API_VERSION
+    assert request.headers["x-ms-date"].endswith(" GMT")
