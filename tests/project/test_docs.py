@@ -168,8 +168,11 @@ def test_metrics_doc_queries_use_real_series() -> None:
 
 def literal_reasons() -> set[str]:
     """Condition and Event reasons written as literals in the code that sets them."""
-    status = (ROOT / "controller" / "kube" / "status.py").read_text()
-    operator = (ROOT / "controller" / "operator.py").read_text()
+    def folder(name: str) -> str:
+        return "\n".join(path.read_text() for path in sorted((ROOT / "controller" / name).rglob("*.py")))
+
+    status = folder("report")
+    operator = folder("operator") + folder("report")
     reasons = set(re.findall(r'condition\(\s*"\w+",\s*"(?:True|False|Unknown)",\s*"(\w+)"', status))
     reasons |= set(re.findall(r'setup_failed_status\(\s*rule,\s*"(\w+)"', operator))
     for call in re.findall(r"events\.record\((.*?)now\)", operator, re.S):
