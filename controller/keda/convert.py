@@ -9,7 +9,9 @@ queues (queueName, queueLength -> targetPerReplica, activationQueueLength -> act
 queueLengthStrategy -> countStrategy), the connection (connectionFromEnv / connection resolved through the
 Deployment in the same file to its Secret, a TriggerAuthentication's secretTargetRef, or pod identity ->
 workload identity with accountName and cloud / endpointSuffix), cooldownPeriod -> scaleToZeroDelay, the HPA
-behavior -> step policies and stabilization windows, and fallback.
+behavior -> step policies, stabilization windows and tolerance, and fallback. The ScaledObject is read by
+controller/keda/model.py (as the simulator's KEDA baseline reads it); this module only maps it. The YAML's header
+names the `kubectl annotate` command each Secret the rule reads needs before the operator uses it for the rule.
 
 What cannot is said in a warning, one line each, naming the field: other trigger types, idleReplicaCount,
 initialCooldownPeriod, scalingModifiers, metricType Value, restoreToOriginalReplicaCount, HPA defaults that differ
@@ -38,12 +40,15 @@ from controller.keda.model import (
     DEFAULT_UP,
     HPA_SYNC,
     HPA_TOLERANCE,
+    AuthenticationRef,
     Fallback,
     HpaBehavior,
     HpaDirection,
     ScaledObject,
     Trigger,
+    TriggerAuthentication,
     read_scaled_object,
+    read_trigger_authentication,
 )
 from controller.model.fields import FieldError, Fields, SpecError, format_duration
 from controller.model.loading import read_input
@@ -154,9 +159,10 @@ def convert_file(path: str) -> Conversion:
     if not scaled_objects:
         raise ConvertError([*conversion.errors, *(f"warning: {w}" for w in conversion.warnings),
                             f"{path}: no ScaledObject in this file"])
+    authentications = [a for d in documents if (a := read_trigger_authentication(d)) is not None]
     for doc in scaled_objects:
         try:
-            converter = _Converter(doc, documents, path)
+            converter = _Converter(doc, documents, authentications, path)
             queuescaler = converter.convert()
         except SpecError as exc:
             conversion.errors.extend(f"{path}: {_name(doc)}: {error}" for error in exc.errors)
@@ -196,9 +202,11 @@ TRIGGER_KINDS = ("azure-queue", "rabbitmq", "redis", "postgresql", "aws-sqs-queu
 
 
 class _Converter:
-    def __init__(self, doc: Mapping[str, Any], documents: Sequence[Mapping[str, Any]], file: str) -> None:
+    def __init__(self, doc: Mapping[str, Any], documents: Sequence[Mapping[str, Any]],
+                 authentications: Sequence[TriggerAuthentication], file: str) -> None:
         self.doc = doc
         self.documents = documents
+        self.authentications = authentications
         self.file = file
         self.errors: list[FieldError] = []
         self.warnings: list[str] = []
@@ -374,33 +382,31 @@ class _Converter:
         ref = trigger.authentication_ref
         if ref is None:
             return {}
-        name, kind, path = ref.name, ref.kind, trigger.path
-        auth = next((d for d in self.documents if d.get("kind") == kind and _name(d) == name
-                     and (kind == "ClusterTriggerAuthentication" or _namespace(d) in (None, self.namespace))), None)
-        where = f"{path}.authenticationRef.name"
+        where = f"{trigger.path}.authenticationRef.name"
+        auth = self._authentication(ref)
         if auth is None:
-            self.warn(where, f"{kind} '{name}' is not in this file: its parameters are written as placeholders "
-                      "(add the TriggerAuthentication to the file to trace them)")
+            self.warn(where, f"{ref.kind} '{ref.name}' is not in this file: its parameters are written as "
+                      "placeholders (add the TriggerAuthentication to the file to trace them)")
             return {}
-        spec = auth.get("spec") if isinstance(auth.get("spec"), Mapping) else {}
-        assert isinstance(spec, Mapping)
         params: dict[str, dict[str, str]] = {}
-        for item in spec.get("secretTargetRef") or []:
-            if isinstance(item, Mapping) and all(isinstance(item.get(k), str) for k in ("parameter", "name", "key")):
-                params[item["parameter"]] = {"name": item["name"], "key": item["key"]}
-        for item in spec.get("env") or []:
-            if isinstance(item, Mapping) and isinstance(item.get("parameter"), str) and isinstance(item.get("name"),
-                                                                                                      str):
-                params[item["parameter"]] = self._env_secret(item["name"], f"{where} ({kind} '{name}' env)")
-        identity = spec.get("podIdentity")
-        if isinstance(identity, Mapping) and identity.get("provider") not in (None, "none"):
-            self.warn(where, f"{kind} '{name}' podIdentity (provider {identity.get('provider')}) cannot be carried "
-                      "over for this trigger: queuescale reads its credentials from Secrets; placeholders written")
-        if kind == "ClusterTriggerAuthentication" and params:
-            self.warn(f"{path}.authenticationRef.kind", "a ClusterTriggerAuthentication reads Secrets in KEDA's "
-                      "namespace, a QueueScaler in its own: copy the Secrets into namespace "
+        for secret_ref in auth.secret_target_refs:
+            params[secret_ref.parameter] = {"name": secret_ref.name, "key": secret_ref.key}
+        for env in auth.env:
+            params[env.parameter] = self._env_secret(env.name, f"{where} ({ref.kind} '{ref.name}' env)")
+        if auth.pod_identity is not None:
+            self.warn(where, f"{ref.kind} '{ref.name}' podIdentity (provider {auth.pod_identity.provider}) cannot "
+                      "be carried over for this trigger: queuescale reads its credentials from Secrets; placeholders "
+                      "written")
+        if ref.kind == "ClusterTriggerAuthentication" and params:
+            self.warn(f"{trigger.path}.authenticationRef.kind", "a ClusterTriggerAuthentication reads Secrets in "
+                      "KEDA's namespace, a QueueScaler in its own: copy the Secrets into namespace "
                       f"'{self.namespace or 'default'}'")
         return params
+
+    def _authentication(self, ref: AuthenticationRef) -> TriggerAuthentication | None:
+        """The (Cluster)TriggerAuthentication `ref` names, if the file has it (a namespaced one in our namespace)."""
+        return next((a for a in self.authentications if a.kind == ref.kind and a.name == ref.name
+                     and (a.kind == "ClusterTriggerAuthentication" or a.namespace in (None, self.namespace))), None)
 
     def _secret(self, m: Fields, auth: Mapping[str, dict[str, str]], param: str, path: str,
                 env_name: str | None = None) -> dict[str, str] | None:
@@ -653,7 +659,7 @@ class _Converter:
         m.read.update({"metricName", "queueURL", "queueURLFromEnv"})
         ref = trigger.authentication_ref
         if ref is not None:
-            auth = self._auth(ref.name, ref.kind, f"{path}.authenticationRef")
+            auth = self._auth(ref, f"{path}.authenticationRef")
             if auth is not None and auth.get("identity"):
                 return auth | self._identity_fields(account, cloud, suffix, meta_path)
             if auth is not None:
@@ -695,50 +701,37 @@ class _Converter:
                                           f'AzureChinaCloud, AzureGermanCloud or Private, got "{cloud}"'))
         return fields
 
-    def _auth(self, name: str, kind: str, path: str) -> dict[str, Any] | None:
+    def _auth(self, ref: AuthenticationRef, path: str) -> dict[str, Any] | None:
         """The connection a (Cluster)TriggerAuthentication in the file gives; None (and a warning) otherwise."""
-        auth = next(
-            (d for d in self.documents if d.get("kind") == kind and _name(d) == name
-             and (kind == "ClusterTriggerAuthentication" or _namespace(d) in (None, self.namespace))),
-            None,
-        )
+        name, kind = ref.name, ref.kind
+        auth = self._authentication(ref)
         if auth is None:
             self.warn(f"{path}.name", f"{kind} '{name}' is not in this file: wrote a placeholder "
                       f"connectionSecretRef {{name: {_dns_name(name)}, key: connection}}; point it at the Secret "
                       "holding the connection string (or add the TriggerAuthentication to the file)")
             return None
-        spec = auth.get("spec") if isinstance(auth.get("spec"), Mapping) else {}
-        assert isinstance(spec, Mapping)
-        cluster_note = (f"; a {kind} reads Secrets in KEDA's namespace, a QueueScaler in its own: copy the Secret "
-                        f"into namespace '{self.namespace or 'default'}'") if kind == "ClusterTriggerAuthentication" \
-            else ""
-        for ref in spec.get("secretTargetRef") or []:
-            if isinstance(ref, Mapping) and ref.get("parameter") == "connection":
-                secret, key = ref.get("name"), ref.get("key")
-                if isinstance(secret, str) and isinstance(key, str) and secret and key:
-                    if cluster_note:
-                        self.warn(f"{path}.kind", cluster_note.lstrip("; "))
-                    return {"connectionSecretRef": {"name": secret, "key": key}}
-        for ref in spec.get("env") or []:
-            if isinstance(ref, Mapping) and ref.get("parameter") == "connection" and isinstance(ref.get("name"), str):
-                if isinstance(ref.get("containerName"), str):
-                    self.env_container = ref["containerName"]
-                return {"connectionSecretRef": self._env_secret(ref["name"], f"{path} ({kind} '{name}' env)")}
-        identity = spec.get("podIdentity")
-        if isinstance(identity, Mapping):
-            provider = identity.get("provider")
-            if provider in ("azure-workload", "azure"):
-                if provider == "azure":
-                    self.warn(f"{path}.name", f"{kind} '{name}' uses AAD Pod Identity (provider azure, removed in "
-                              "KEDA 2.15); converted to Microsoft Entra workload identity")
-                if identity.get("identityId"):
-                    self.warn(f"{path}.name", f"{kind} '{name}' podIdentity.identityId cannot be carried over: "
-                              "queuescale authenticates as the operator's own workload identity; grant it Storage "
-                              "Queue Data Reader on the account")
-                return {"identity": "workload"}
-        others = [k for k in ("azureKeyVault", "hashiCorpVault", "configMapTargetRef", "awsSecretManager",
-                              "gcpSecretManager", "boundServiceAccountToken") if spec.get(k)]
-        what = f"uses {', '.join(others)}, which queuescale cannot read" if others else \
+        for secret_ref in auth.secret_target_refs:
+            if secret_ref.parameter == "connection":
+                if kind == "ClusterTriggerAuthentication":
+                    self.warn(f"{path}.kind", f"a {kind} reads Secrets in KEDA's namespace, a QueueScaler in its "
+                              f"own: copy the Secret into namespace '{self.namespace or 'default'}'")
+                return {"connectionSecretRef": {"name": secret_ref.name, "key": secret_ref.key}}
+        for env in auth.env:
+            if env.parameter == "connection":
+                if env.container_name is not None:
+                    self.env_container = env.container_name
+                return {"connectionSecretRef": self._env_secret(env.name, f"{path} ({kind} '{name}' env)")}
+        identity = auth.pod_identity
+        if identity is not None and identity.provider in ("azure-workload", "azure"):
+            if identity.provider == "azure":
+                self.warn(f"{path}.name", f"{kind} '{name}' uses AAD Pod Identity (provider azure, removed in "
+                          "KEDA 2.15); converted to Microsoft Entra workload identity")
+            if identity.identity_id:
+                self.warn(f"{path}.name", f"{kind} '{name}' podIdentity.identityId cannot be carried over: "
+                          "queuescale authenticates as the operator's own workload identity; grant it Storage "
+                          "Queue Data Reader on the account")
+            return {"identity": "workload"}
+        what = f"uses {', '.join(auth.other_sources)}, which queuescale cannot read" if auth.other_sources else \
             "gives no connection (no secretTargetRef with parameter connection, no env, no podIdentity)"
         self.warn(f"{path}.name", f"{kind} '{name}' {what}: wrote a placeholder connectionSecretRef "
                   f"{{name: {_dns_name(name)}, key: connection}}; put the connection string in that Secret")

@@ -329,3 +329,99 @@ def read_scaled_object(doc: object, errors: list[FieldError]) -> ScaledObject:
         behavior=behavior if behavior_given else None,
         scale_up_set=scale_up_set, scale_down_set=scale_down_set,
     )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The TriggerAuthentication a trigger names (keda.sh/v1alpha1 TriggerAuthentication / ClusterTriggerAuthentication)
+
+
+@dataclass(frozen=True)
+class SecretTargetRef:
+    """`secretTargetRef[]`: the trigger parameter `parameter` is the Secret `name`'s key `key`."""
+
+    parameter: str
+    name: str
+    key: str
+
+
+@dataclass(frozen=True)
+class EnvTargetRef:
+    """`env[]`: the trigger parameter `parameter` is the environment variable `name` of the target's container."""
+
+    parameter: str
+    name: str
+    container_name: str | None = None
+
+
+@dataclass(frozen=True)
+class PodIdentity:
+    provider: str
+    identity_id: str | None = None
+
+
+# The other places a TriggerAuthentication can take parameters from; queuescale reads Secrets only.
+OTHER_AUTHENTICATION_SOURCES = ("azureKeyVault", "hashiCorpVault", "configMapTargetRef", "awsSecretManager",
+                                "gcpSecretManager", "boundServiceAccountToken")
+
+
+@dataclass(frozen=True)
+class TriggerAuthentication:
+    """What a (Cluster)TriggerAuthentication gives its triggers. Read leniently: an entry that names no usable
+    parameter is skipped, since a reader falls back to a placeholder and says so."""
+
+    kind: AuthenticationKind
+    name: str
+    namespace: str | None
+    secret_target_refs: tuple[SecretTargetRef, ...] = ()
+    env: tuple[EnvTargetRef, ...] = ()
+    pod_identity: PodIdentity | None = None
+    other_sources: tuple[str, ...] = ()  # of OTHER_AUTHENTICATION_SOURCES, those it uses
+
+
+def _strings(item: object, *names: str) -> tuple[str, ...] | None:
+    """The named fields of `item`, when each is a non-empty string."""
+    if not isinstance(item, Mapping):
+        return None
+    values = [item.get(name) for name in names]
+    if not all(isinstance(v, str) and v for v in values):
+        return None
+    return tuple(str(v) for v in values)
+
+
+def read_trigger_authentication(doc: Mapping[str, object]) -> TriggerAuthentication | None:
+    """The (Cluster)TriggerAuthentication of a YAML document; None for a document of another kind."""
+    kind = doc.get("kind")
+    if kind not in AUTHENTICATION_KINDS:
+        return None
+    meta = doc.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    spec = doc.get("spec")
+    spec = spec if isinstance(spec, Mapping) else {}
+    secret_refs = spec.get("secretTargetRef")
+    env = spec.get("env")
+    identity = spec.get("podIdentity")
+    provider = identity.get("provider") if isinstance(identity, Mapping) else None
+    identity_id = identity.get("identityId") if isinstance(identity, Mapping) else None
+    name, namespace = meta.get("name"), meta.get("namespace")
+    return TriggerAuthentication(
+        kind="ClusterTriggerAuthentication" if kind == "ClusterTriggerAuthentication" else "TriggerAuthentication",
+        name=name if isinstance(name, str) else "",
+        namespace=namespace if isinstance(namespace, str) else None,
+        secret_target_refs=tuple(
+            SecretTargetRef(*found) for item in (secret_refs if isinstance(secret_refs, list) else [])
+            if (found := _strings(item, "parameter", "name", "key")) is not None
+        ),
+        env=tuple(
+            EnvTargetRef(parameter=found[0], name=found[1], container_name=_container(item))
+            for item in (env if isinstance(env, list) else [])
+            if (found := _strings(item, "parameter", "name")) is not None
+        ),
+        pod_identity=PodIdentity(provider, identity_id if isinstance(identity_id, str) and identity_id else None)
+        if isinstance(provider, str) and provider != "none" else None,
+        other_sources=tuple(k for k in OTHER_AUTHENTICATION_SOURCES if spec.get(k)),
+    )
+
+
+def _container(item: object) -> str | None:
+    container = item.get("containerName") if isinstance(item, Mapping) else None
+    return container if isinstance(container, str) else None

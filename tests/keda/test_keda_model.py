@@ -12,11 +12,16 @@ from controller.keda import convert
 from controller.keda.model import (
     DEFAULT_DOWN,
     DEFAULT_UP,
+    EnvTargetRef,
     HpaBehavior,
     HpaDirection,
     HpaPolicy,
+    PodIdentity,
     ScaledObject,
+    SecretTargetRef,
+    TriggerAuthentication,
     read_scaled_object,
+    read_trigger_authentication,
 )
 from controller.model.fields import FieldError
 from controller.simulator import keda as emulation
@@ -126,3 +131,31 @@ def test_the_converter_and_the_emulation_read_one_and_the_same_behavior(tmp_path
     }
     assert rule["spec"]["policy"]["scaleDown"]["stabilizationWindow"] == "1m"
     assert rule["spec"]["policy"]["scaleDown"]["policies"] == [{"type": "Percent", "value": 100, "period": "15s"}]
+
+
+def test_a_trigger_authentication_gives_its_secret_and_env_parameters_and_skips_unusable_entries() -> None:
+    auth = read_trigger_authentication({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "TriggerAuthentication",
+        "metadata": {"name": "queue-auth", "namespace": "shop"},
+        "spec": {
+            "secretTargetRef": [{"parameter": "connection", "name": "storage", "key": "conn"},
+                                {"parameter": "password", "name": "", "key": "pw"}, "not an entry"],
+            "env": [{"parameter": "host", "name": "REDIS_HOST", "containerName": "worker"}, {"parameter": "port"}],
+            "podIdentity": {"provider": "azure-workload", "identityId": "0000-1111"},
+            "hashiCorpVault": {"address": "https://vault"},
+        },
+    })
+    assert auth == TriggerAuthentication(
+        kind="TriggerAuthentication", name="queue-auth", namespace="shop",
+        secret_target_refs=(SecretTargetRef("connection", "storage", "conn"),),
+        env=(EnvTargetRef("host", "REDIS_HOST", "worker"),),
+        pod_identity=PodIdentity("azure-workload", "0000-1111"),
+        other_sources=("hashiCorpVault",),
+    )
+
+
+def test_pod_identity_none_is_no_pod_identity_and_other_kinds_are_not_trigger_authentications() -> None:
+    cluster = read_trigger_authentication({"kind": "ClusterTriggerAuthentication", "metadata": {"name": "a"},
+                                           "spec": {"podIdentity": {"provider": "none"}}})
+    assert cluster is not None and cluster.kind == "ClusterTriggerAuthentication" and cluster.pod_identity is None
+    assert read_trigger_authentication({"kind": "Secret", "metadata": {"name": "a"}}) is None
