@@ -162,7 +162,7 @@ def convert_file(path: str) -> Conversion:
     authentications = [a for d in documents if (a := read_trigger_authentication(d)) is not None]
     for doc in scaled_objects:
         try:
-            converter = _Converter(doc, documents, authentications, path)
+            converter = _Converter(doc, documents, authentications)
             queuescaler = converter.convert()
         except SpecError as exc:
             conversion.errors.extend(f"{path}: {_name(doc)}: {error}" for error in exc.errors)
@@ -203,11 +203,10 @@ TRIGGER_KINDS = ("azure-queue", "rabbitmq", "redis", "postgresql", "aws-sqs-queu
 
 class _Converter:
     def __init__(self, doc: Mapping[str, Any], documents: Sequence[Mapping[str, Any]],
-                 authentications: Sequence[TriggerAuthentication], file: str) -> None:
+                 authentications: Sequence[TriggerAuthentication]) -> None:
         self.doc = doc
         self.documents = documents
         self.authentications = authentications
-        self.file = file
         self.errors: list[FieldError] = []
         self.warnings: list[str] = []
         self.namespace: str | None = None

@@ -189,7 +189,7 @@ def _tolerance(f: Fields) -> float | None:
     return number / 1000 if match.group(2) else number
 
 
-def read_direction(f: Fields, default: HpaDirection) -> HpaDirection:
+def _direction(f: Fields, default: HpaDirection) -> HpaDirection:
     """One HPAScalingRules, with `default`'s value for each field it leaves out (defaults.go copyHPAScalingRules).
 
     Bounds are the API server's (pkg/apis/autoscaling/validation: at least one policy when the list is given,
@@ -307,8 +307,8 @@ def read_scaled_object(doc: object, errors: list[FieldError]) -> ScaledObject:
     behavior_given = hpa.has("behavior")
     behavior_fields = hpa.child("behavior")
     scale_up_set, scale_down_set = behavior_fields.has("scaleUp"), behavior_fields.has("scaleDown")
-    behavior = HpaBehavior(read_direction(behavior_fields.child("scaleUp"), DEFAULT_UP),
-                           read_direction(behavior_fields.child("scaleDown"), DEFAULT_DOWN))
+    behavior = HpaBehavior(_direction(behavior_fields.child("scaleUp"), DEFAULT_UP),
+                           _direction(behavior_fields.child("scaleDown"), DEFAULT_DOWN))
     behavior_fields.finish()
     hpa.finish()
     advanced.finish()
