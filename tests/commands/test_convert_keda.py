@@ -404,3 +404,20 @@ def test_tolerances_that_differ_by_direction_keep_the_smaller_with_a_warning(tmp
     assert doc["spec"]["policy"]["tolerance"] == 0.05  # the HPA's own 0.1 applies to scaling down
     (warning,) = warnings_about(warnings, "spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance")
     assert "one tolerance for both directions" in warning
+
+
+@pytest.mark.parametrize(("fallback", "path"), [
+    ({"failureThreshold": 0, "replicas": 2}, "spec.fallback.failureThreshold"),  # KEDA's minimum is 0, ours 1
+    ({"failureThreshold": 3, "replicas": 2, "behavior": "scalingModifiers"}, "spec.fallback.behavior"),
+])
+def test_a_fallback_keda_accepts_and_a_queuescaler_cannot_hold_is_an_error_naming_the_field(
+        tmp_path: Path, fallback: dict[str, Any], path: str) -> None:
+    file = tmp_path / "so.yaml"
+    file.write_text(yaml.safe_dump({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "orders"},
+        "spec": {"scaleTargetRef": {"name": "orders-worker"}, "fallback": fallback,
+                 "triggers": [{"type": "azure-queue", "metadata": {"queueName": "orders", "connectionFromEnv": "C"}}]},
+    }))
+    conversion = convert_file(str(file))
+    assert conversion.documents == []
+    assert [e.split(": ")[2] for e in conversion.errors] == [path]
