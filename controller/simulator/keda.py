@@ -61,7 +61,7 @@ INT64_MAX = 2**63 - 1
 # The HPA behavior model and its defaults are controller/keda/model.py's, shared with `convert-keda`; the names
 # stay importable from here, where upstream's test tables (tests/simulator/test_keda_upstream.py) look for them.
 __all__ = [
-    "DEFAULT_DOWN", "DEFAULT_UP", "DOWNSCALE_STABILIZATION", "HPA_SYNC", "HPA_TOLERANCE", "INT32_MAX", "INT64_MAX",
+    "DEFAULT_DOWN", "DEFAULT_UP", "INT32_MAX", "INT64_MAX",
     "AzureQueueTrigger", "HpaBehavior", "HpaDirection", "HpaPolicy", "KedaAutoscaler", "ScaledObject",
     "ScaledObjectError", "Tolerances", "calculate_scale_down_limit_with_behaviors", "calculate_scale_up_limit",
     "calculate_scale_up_limit_with_scaling_rules", "convert_desired_replicas_with_behavior_rate",
