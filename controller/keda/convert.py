@@ -9,7 +9,9 @@ queues (queueName, queueLength -> targetPerReplica, activationQueueLength -> act
 queueLengthStrategy -> countStrategy), the connection (connectionFromEnv / connection resolved through the
 Deployment in the same file to its Secret, a TriggerAuthentication's secretTargetRef, or pod identity ->
 workload identity with accountName and cloud / endpointSuffix), cooldownPeriod -> scaleToZeroDelay, the HPA
-behavior -> step policies and stabilization windows, and fallback.
+behavior -> step policies, stabilization windows and tolerance, and fallback. The ScaledObject is read by
+controller/keda/model.py (as the simulator's KEDA baseline reads it); this module only maps it. The YAML's header
+names the `kubectl annotate` command each Secret the rule reads needs before the operator uses it for the rule.
 
 What cannot is said in a warning, one line each, naming the field: other trigger types, idleReplicaCount,
 initialCooldownPeriod, scalingModifiers, metricType Value, restoreToOriginalReplicaCount, HPA defaults that differ
@@ -33,19 +35,35 @@ from urllib.parse import unquote, urlsplit
 
 import yaml
 
+from controller.keda.model import (
+    DEFAULT_DOWN,
+    DEFAULT_UP,
+    HPA_SYNC,
+    HPA_TOLERANCE,
+    AuthenticationRef,
+    Fallback,
+    HpaBehavior,
+    HpaDirection,
+    ScaledObject,
+    Trigger,
+    TriggerAuthentication,
+    read_scaled_object,
+    read_trigger_authentication,
+)
 from controller.model.fields import FieldError, Fields, SpecError, format_duration
 from controller.model.loading import read_input
-from controller.model.rule import DEFAULT_SCALE_DOWN, parse_queuescaler
-from controller.simulator.keda import DEFAULT_DOWN, DEFAULT_UP, HPA_SYNC, HpaDirection, HpaPolicy
+from controller.model.rule import API_GROUP, API_VERSION, DEFAULT_SCALE_DOWN, KIND, parse_queuescaler
 
-KEDA_API = "keda.sh/v1alpha1"
 KEDA_DEFAULT_CONNECTION_ENV = "AzureWebJobsStorage"  # what KEDA reads when a trigger names no connection
 KEDA_CLOUDS = {
     "azurepubliccloud": "public",
     "azureusgovernmentcloud": "usgov",
     "azurechinacloud": "china",
 }
-KEDA_DEFAULTS = {"pollingInterval": 30, "cooldownPeriod": 300, "minReplicaCount": 0, "maxReplicaCount": 100}
+_BEHAVIOR = "spec.advanced.horizontalPodAutoscalerConfig.behavior"
+# The operator's annotation, as controller/kube/secrets.py ALLOWED_RULES_ANNOTATION names it: keda/ keeps off
+# kube/ so the converter stays a file-to-file tool with no path to the cluster's client.
+ALLOWED_RULES_ANNOTATION = f"{API_GROUP}/allowed-rules"
 _NOT_DNS = re.compile(r"[^a-z0-9-]+")
 
 
@@ -66,12 +84,18 @@ class Conversion:
     sources: list[str] = field(default_factory=list)  # "namespace/name" of each ScaledObject, in order
     warnings: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # per QueueScaler, the `kubectl annotate` commands with which the owners of its Secrets let it read them
+    allow_commands: list[list[str]] = field(default_factory=list)
 
     def to_yaml(self) -> str:
         parts = []
-        for origin, doc in zip(self.sources, self.documents, strict=True):
-            parts.append(f"# converted from KEDA ScaledObject {origin} by queuescale convert-keda\n"
-                         + yaml.safe_dump(doc, sort_keys=False))
+        for origin, doc, commands in zip(self.sources, self.documents, self.allow_commands, strict=True):
+            header = f"# converted from KEDA ScaledObject {origin} by queuescale convert-keda\n"
+            if commands:
+                header += ("# The operator reads a Secret for this rule only once the Secret names it (unless it "
+                           "runs with\n# --secret-access namespace); the Secret's owner allows it with:\n"
+                           + "".join(f"#   {command}\n" for command in commands))
+            parts.append(header + yaml.safe_dump(doc, sort_keys=False))
         return "---\n".join(parts)
 
     def render(self, output: str) -> str:
@@ -82,7 +106,7 @@ class Conversion:
                 return json.dumps(self.documents[0], indent=2) + "\n"
             return json.dumps({"apiVersion": "v1", "kind": "List", "items": self.documents}, indent=2) + "\n"
         if output == "name":
-            return "".join(f"queuescaler.queuescale.io/{d['metadata']['name']}\n" for d in self.documents)
+            return "".join(f"{KIND.lower()}.{API_GROUP}/{d['metadata']['name']}\n" for d in self.documents)
         return self.to_yaml()
 
 
@@ -135,15 +159,17 @@ def convert_file(path: str) -> Conversion:
     if not scaled_objects:
         raise ConvertError([*conversion.errors, *(f"warning: {w}" for w in conversion.warnings),
                             f"{path}: no ScaledObject in this file"])
+    authentications = [a for d in documents if (a := read_trigger_authentication(d)) is not None]
     for doc in scaled_objects:
         try:
-            converter = _Converter(doc, documents, path)
+            converter = _Converter(doc, documents, authentications)
             queuescaler = converter.convert()
         except SpecError as exc:
             conversion.errors.extend(f"{path}: {_name(doc)}: {error}" for error in exc.errors)
             continue
         conversion.documents.append(queuescaler)
         conversion.sources.append(converter.origin)
+        conversion.allow_commands.append(converter.allow_commands)
         conversion.warnings.extend(f"{path}: {_name(doc)}: {w}" for w in converter.warnings)
     return conversion
 
@@ -176,10 +202,11 @@ TRIGGER_KINDS = ("azure-queue", "rabbitmq", "redis", "postgresql", "aws-sqs-queu
 
 
 class _Converter:
-    def __init__(self, doc: Mapping[str, Any], documents: Sequence[Mapping[str, Any]], file: str) -> None:
+    def __init__(self, doc: Mapping[str, Any], documents: Sequence[Mapping[str, Any]],
+                 authentications: Sequence[TriggerAuthentication]) -> None:
         self.doc = doc
         self.documents = documents
-        self.file = file
+        self.authentications = authentications
         self.errors: list[FieldError] = []
         self.warnings: list[str] = []
         self.namespace: str | None = None
@@ -187,94 +214,61 @@ class _Converter:
         self.target_name = ""
         self.target_kind = "Deployment"
         self.env_container: str | None = None
+        self.allow_commands: list[str] = []
 
     def warn(self, path: str, message: str) -> None:
         self.warnings.append(f"{path}: {message}")
 
     def convert(self) -> dict[str, Any]:
-        f = Fields(self.doc, "", self.errors)
-        api_version = f.string("apiVersion", required=True)
-        if api_version and api_version != KEDA_API:
-            f.error("apiVersion", f'must be "{KEDA_API}", got "{api_version}"')
-        f.string("kind", required=True)
-        meta = f.child("metadata")
-        name = meta.string("name", required=True)
-        namespace = meta.optional_string("namespace")
-        meta.read.update(meta.raw)
-        self.namespace = namespace
-        self.origin = f"{namespace}/{name}" if namespace else name
-        f.read.add("status")
-        s = f.child("spec")
-        if not f.has("spec"):
-            f.missing("spec")
-        spec = self._spec(s)
-        f.finish()
+        scaled = read_scaled_object(self.doc, self.errors)
+        self.namespace = scaled.namespace
+        self.origin = f"{scaled.namespace}/{scaled.name}" if scaled.namespace else scaled.name
+        spec = self._spec(scaled)
         if self.errors:
             raise SpecError(self.errors)
-        metadata: dict[str, Any] = {"name": name}
-        if namespace:
-            metadata["namespace"] = namespace
-        doc = {"apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": metadata, "spec": spec}
+        metadata: dict[str, Any] = {"name": scaled.name}
+        if scaled.namespace:
+            metadata["namespace"] = scaled.namespace
+        doc = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "metadata": metadata, "spec": spec}
         try:
             parse_queuescaler(doc)
         except SpecError as exc:  # a bug here, or a value KEDA accepts and we do not: say which field
             raise SpecError([FieldError(f"(converted) {e.path}", e.message) for e in exc.errors]) from None
+        self.allow_commands = [allow_command(scaled.namespace, secret, scaled.name) for secret in _secrets(spec)]
         return doc
 
     # ----------------------------------------------------------------------------------------------------------
 
-    def _spec(self, s: Fields) -> dict[str, Any]:
-        ref = s.child("scaleTargetRef")
-        if not s.has("scaleTargetRef"):
-            s.missing("scaleTargetRef")
-        self.target_name = ref.string("name", required=True)
-        target: dict[str, Any] = {"name": self.target_name}
-        api_version = ref.optional_string("apiVersion")
-        kind = ref.optional_string("kind")
-        self.env_container = ref.optional_string("envSourceContainerName")
-        ref.finish()
-        if kind and kind != "Deployment":
-            target["kind"] = kind
-            self.target_kind = kind
-        if api_version and api_version != "apps/v1":
-            target["apiVersion"] = api_version
+    def _spec(self, scaled: ScaledObject) -> dict[str, Any]:
+        ref = scaled.scale_target_ref
+        self.target_name = ref.name
+        self.env_container = ref.env_source_container_name
+        target: dict[str, Any] = {"name": ref.name}
+        if ref.kind and ref.kind != "Deployment":
+            target["kind"] = ref.kind
+            self.target_kind = ref.kind
+        if ref.api_version and ref.api_version != "apps/v1":
+            target["apiVersion"] = ref.api_version
 
-        minimum = s.integer("minReplicaCount", KEDA_DEFAULTS["minReplicaCount"], minimum=0)
-        maximum = s.integer("maxReplicaCount", KEDA_DEFAULTS["maxReplicaCount"], minimum=1)
-        if maximum < minimum:
-            s.error("maxReplicaCount", f"must be >= minReplicaCount ({minimum}), got {maximum}")
-        polling = s.integer("pollingInterval", KEDA_DEFAULTS["pollingInterval"], minimum=1)
-        cooldown = s.integer("cooldownPeriod", KEDA_DEFAULTS["cooldownPeriod"], minimum=0)
-        initial_cooldown = s.integer("initialCooldownPeriod", 0, minimum=0)
-        idle = s.optional_integer("idleReplicaCount", minimum=0)
-        if idle is not None:
-            self.warn("spec.idleReplicaCount", f"{idle} cannot be carried over: queuescale has no idle count "
-                      f"(an inactive rule goes to minReplicas, {minimum}, after scaleToZeroDelay)")
-        if initial_cooldown:
-            self.warn("spec.initialCooldownPeriod", f"{initial_cooldown}s cannot be carried over: queuescale may "
-                      "scale to zero as soon as scaleToZeroDelay has passed, also right after it starts")
+        minimum, maximum = scaled.min_replica_count, scaled.max_replica_count
+        polling = scaled.polling_interval
+        if scaled.idle_replica_count is not None:
+            self.warn("spec.idleReplicaCount", f"{scaled.idle_replica_count} cannot be carried over: queuescale "
+                      f"has no idle count (an inactive rule goes to minReplicas, {minimum}, after scaleToZeroDelay)")
+        if scaled.initial_cooldown_period:
+            self.warn("spec.initialCooldownPeriod", f"{scaled.initial_cooldown_period}s cannot be carried over: "
+                      "queuescale may scale to zero as soon as scaleToZeroDelay has passed, also right after it "
+                      "starts")
 
-        triggers = self._triggers(s)
-        advanced = s.child("advanced")
-        restore = advanced.boolean("restoreToOriginalReplicaCount", False)
-        if restore:
+        triggers = self._triggers(scaled)
+        if scaled.restore_to_original_replica_count:
             self.warn("spec.advanced.restoreToOriginalReplicaCount", "true cannot be carried over: deleting a "
                       "QueueScaler leaves the replica count where it is")
-        if advanced.has("scalingModifiers"):
+        if scaled.scaling_modifiers:
             self.warn("spec.advanced.scalingModifiers", "cannot be carried over: queuescale combines its queues "
                       "by aggregation (sum or max) and weights, not formulas")
-        advanced.read.add("scalingModifiers")
-        hpa = advanced.child("horizontalPodAutoscalerConfig")
-        hpa.optional_string("name")
-        behavior = hpa.child("behavior")
-        has_up, has_down = behavior.has("scaleUp"), behavior.has("scaleDown")
-        scale_up = _direction(behavior.child("scaleUp"), DEFAULT_UP)
-        scale_down = _direction(behavior.child("scaleDown"), DEFAULT_DOWN)
-        behavior.finish()
-        hpa.finish()
-        advanced.finish()
-        fallback = self._fallback(s.child("fallback"), maximum)
-        s.finish()
+        behavior = scaled.behavior or HpaBehavior()
+        fallback = self._fallback(scaled.fallback, maximum)
 
         policy: dict[str, Any] = {}
         sources: list[dict[str, Any]] = []
@@ -298,10 +292,11 @@ class _Converter:
                 source.update(trigger.rest)
                 sources.append(source)
         if minimum == 0:  # KEDA's cooldownPeriod only ever applies to the step to zero, as ours
-            policy["scaleToZeroDelay"] = format_duration(cooldown)
-        self._behavior(policy, "scaleUp", scale_up, has_up, DEFAULT_UP)
-        self._behavior(policy, "scaleDown", scale_down, has_down, DEFAULT_DOWN)
-        if polling > HPA_SYNC and not all(t.get("useCachedMetrics") for t in self._trigger_items()):
+            policy["scaleToZeroDelay"] = format_duration(scaled.cooldown_period)
+        self._behavior(policy, "scaleUp", behavior.scale_up, scaled.scale_up_set, DEFAULT_UP)
+        self._behavior(policy, "scaleDown", behavior.scale_down, scaled.scale_down_set, DEFAULT_DOWN)
+        self._tolerance(policy, behavior)
+        if polling > HPA_SYNC and not all(t.use_cached_metrics for t in scaled.triggers):
             self.warn("spec.pollingInterval", f"{polling}s: with KEDA the HPA also reads the queue every "
                       f"{HPA_SYNC}s once the workload runs; queuescale reads it only every pollingInterval "
                       f"(kept {polling}s; set {HPA_SYNC}s to react as often)")
@@ -319,45 +314,37 @@ class _Converter:
             spec["fallback"] = fallback
         return spec
 
-    def _trigger_items(self) -> list[Mapping[str, Any]]:
-        spec = self.doc.get("spec")
-        items = spec.get("triggers") if isinstance(spec, Mapping) else None
-        return [t for t in items if isinstance(t, Mapping)] if isinstance(items, list) else []
-
-    def _triggers(self, s: Fields) -> list[_Trigger]:
+    def _triggers(self, scaled: ScaledObject) -> list[_Trigger]:
         triggers = []
-        for item, path in s.items("triggers", min_items=1):
-            t = Fields(item, path, self.errors)
-            kind = t.string("type", required=True)
-            if kind not in TRIGGER_KINDS:
-                if kind:
-                    why = _UNSUPPORTED.get(kind, "queuescale scales on queue lengths (azure-queue, rabbitmq, "
-                                           "redis, postgresql, aws-sqs-queue)")
-                    self.warn(f"{path}.type", f'"{kind}" cannot be carried over: {why}; this trigger is left out')
-                t.read.update(t.raw)
+        for trigger in scaled.triggers:
+            if trigger.type not in TRIGGER_KINDS:
+                if trigger.type:
+                    why = _UNSUPPORTED.get(trigger.type, "queuescale scales on queue lengths (azure-queue, "
+                                           "rabbitmq, redis, postgresql, aws-sqs-queue)")
+                    self.warn(f"{trigger.path}.type", f'"{trigger.type}" cannot be carried over: {why}; this '
+                              "trigger is left out")
                 continue
-            trigger = self._trigger(t, path) if kind == "azure-queue" else self._other_trigger(t, path, kind)
-            if trigger is not None:
-                triggers.append(trigger)
-        if not s.has("triggers"):
-            s.missing("triggers")
-        elif not triggers and not self.errors:
-            s.error("triggers", f"has no trigger queuescale can carry over ({', '.join(TRIGGER_KINDS)}): "
-                    "nothing to convert")
+            converted = self._azure_queue(trigger) if trigger.type == "azure-queue" else self._other_trigger(trigger)
+            if converted is not None:
+                triggers.append(converted)
+        if scaled.triggers and not triggers and not self.errors:
+            self.errors.append(FieldError("spec.triggers", "has no trigger queuescale can carry over "
+                                          f"({', '.join(TRIGGER_KINDS)}): nothing to convert"))
         return triggers
 
-    def _trigger(self, t: Fields, path: str) -> _Trigger | None:
-        t.optional_string("name")
-        metric_type = t.choice("metricType", ("AverageValue", "Value", "Utilization"), "AverageValue")
-        if metric_type == "Value":
-            self.warn(f"{path}.metricType", "Value (replicas x count / queueLength) cannot be carried over: "
+    def _metric_type(self, trigger: Trigger, what: str) -> None:
+        if trigger.metric_type == "Value":
+            self.warn(f"{trigger.path}.metricType", f"Value (replicas x count / {what}) cannot be carried over: "
                       "queuescale divides the count by targetPerReplica, as AverageValue does")
-        elif metric_type == "Utilization":
-            t.error("metricType", "Utilization is not valid for an azure-queue trigger")
-        t.boolean("useCachedMetrics", False)
-        m = t.child("metadata")
-        if not t.has("metadata"):
-            t.missing("metadata")
+        elif trigger.metric_type == "Utilization":
+            self.errors.append(FieldError(f"{trigger.path}.metricType",
+                                          f"Utilization is not valid for a{'n' if trigger.type[0] == 'a' else ''} "
+                                          f"{trigger.type} trigger"))
+
+    def _azure_queue(self, trigger: Trigger) -> _Trigger | None:
+        path = trigger.path
+        self._metric_type(trigger, "queueLength")
+        m = Fields(trigger.metadata, f"{path}.metadata", self.errors)
         queue_name = m.string("queueName", required=True)
         queue_length = _metadata_number(m, "queueLength", 5.0)
         if queue_length <= 0:
@@ -368,9 +355,8 @@ class _Converter:
         m.read.add("queueLengthStrategy")
         if strategy not in ("all", "visibleonly"):
             m.error("queueLengthStrategy", f'must be "all" or "visibleonly", got "{m.raw.get("queueLengthStrategy")}"')
-        connection = self._connection(t, m, path)
+        connection = self._connection(trigger, m)
         m.finish()
-        t.finish()
         if strategy == "visibleonly":
             connection["countStrategy"] = "visible"
         return _Trigger(path, {"type": "azure-queue", "queueName": queue_name}, queue_length, activation,
@@ -380,60 +366,46 @@ class _Converter:
     # The other queue kinds: rabbitmq, redis (a list), postgresql (a query), aws-sqs-queue. Their metadata names
     # and defaults are KEDA's (kedacore/keda pkg/scalers/{rabbitmq,redis,postgresql,aws_sqs_queue}_scaler.go).
 
-    def _other_trigger(self, t: Fields, path: str, kind: str) -> _Trigger | None:
-        t.optional_string("name")
-        metric_type = t.choice("metricType", ("AverageValue", "Value", "Utilization"), "AverageValue")
-        if metric_type == "Value":
-            self.warn(f"{path}.metricType", "Value (replicas x count / target) cannot be carried over: "
-                      "queuescale divides the count by targetPerReplica, as AverageValue does")
-        elif metric_type == "Utilization":
-            t.error("metricType", f"Utilization is not valid for a {kind} trigger")
-        t.boolean("useCachedMetrics", False)
-        m = t.child("metadata")
-        if not t.has("metadata"):
-            t.missing("metadata")
-        auth = self._auth_params(t, path)
+    def _other_trigger(self, trigger: Trigger) -> _Trigger | None:
+        path = trigger.path
+        self._metric_type(trigger, "target")
+        # Not finished: KEDA's other metadata (TLS files, timeouts...) is warned about where it matters.
+        m = Fields(trigger.metadata, f"{path}.metadata", self.errors)
+        auth = self._auth_params(trigger)
         convert = {"rabbitmq": self._rabbitmq, "redis": self._redis, "postgresql": self._postgresql,
-                   "aws-sqs-queue": self._aws_sqs}[kind]
-        trigger = convert(m, f"{path}.metadata", path, auth)
-        m.read.update(m.raw)  # KEDA's other metadata (TLS files, timeouts...) was warned about where it matters
-        t.finish()
-        return trigger
+                   "aws-sqs-queue": self._aws_sqs}[trigger.type]
+        return convert(m, f"{path}.metadata", path, auth)
 
-    def _auth_params(self, t: Fields, path: str) -> dict[str, dict[str, str]]:
+    def _auth_params(self, trigger: Trigger) -> dict[str, dict[str, str]]:
         """What a (Cluster)TriggerAuthentication in the file gives each parameter: a Secret key."""
-        ref = t.child("authenticationRef")
-        name = ref.optional_string("name")
-        kind = ref.choice("kind", ("TriggerAuthentication", "ClusterTriggerAuthentication"), "TriggerAuthentication")
-        ref.finish()
-        if not name:
+        ref = trigger.authentication_ref
+        if ref is None:
             return {}
-        auth = next((d for d in self.documents if d.get("kind") == kind and _name(d) == name
-                     and (kind == "ClusterTriggerAuthentication" or _namespace(d) in (None, self.namespace))), None)
-        where = f"{path}.authenticationRef.name"
+        where = f"{trigger.path}.authenticationRef.name"
+        auth = self._authentication(ref)
         if auth is None:
-            self.warn(where, f"{kind} '{name}' is not in this file: its parameters are written as placeholders "
-                      "(add the TriggerAuthentication to the file to trace them)")
+            self.warn(where, f"{ref.kind} '{ref.name}' is not in this file: its parameters are written as "
+                      "placeholders (add the TriggerAuthentication to the file to trace them)")
             return {}
-        spec = auth.get("spec") if isinstance(auth.get("spec"), Mapping) else {}
-        assert isinstance(spec, Mapping)
         params: dict[str, dict[str, str]] = {}
-        for item in spec.get("secretTargetRef") or []:
-            if isinstance(item, Mapping) and all(isinstance(item.get(k), str) for k in ("parameter", "name", "key")):
-                params[item["parameter"]] = {"name": item["name"], "key": item["key"]}
-        for item in spec.get("env") or []:
-            if isinstance(item, Mapping) and isinstance(item.get("parameter"), str) and isinstance(item.get("name"),
-                                                                                                      str):
-                params[item["parameter"]] = self._env_secret(item["name"], f"{where} ({kind} '{name}' env)")
-        identity = spec.get("podIdentity")
-        if isinstance(identity, Mapping) and identity.get("provider") not in (None, "none"):
-            self.warn(where, f"{kind} '{name}' podIdentity (provider {identity.get('provider')}) cannot be carried "
-                      "over for this trigger: queuescale reads its credentials from Secrets; placeholders written")
-        if kind == "ClusterTriggerAuthentication" and params:
-            self.warn(f"{path}.authenticationRef.kind", "a ClusterTriggerAuthentication reads Secrets in KEDA's "
-                      "namespace, a QueueScaler in its own: copy the Secrets into namespace "
+        for secret_ref in auth.secret_target_refs:
+            params[secret_ref.parameter] = {"name": secret_ref.name, "key": secret_ref.key}
+        for env in auth.env:
+            params[env.parameter] = self._env_secret(env.name, f"{where} ({ref.kind} '{ref.name}' env)")
+        if auth.pod_identity is not None:
+            self.warn(where, f"{ref.kind} '{ref.name}' podIdentity (provider {auth.pod_identity.provider}) cannot "
+                      "be carried over for this trigger: queuescale reads its credentials from Secrets; placeholders "
+                      "written")
+        if ref.kind == "ClusterTriggerAuthentication" and params:
+            self.warn(f"{trigger.path}.authenticationRef.kind", "a ClusterTriggerAuthentication reads Secrets in "
+                      "KEDA's namespace, a QueueScaler in its own: copy the Secrets into namespace "
                       f"'{self.namespace or 'default'}'")
         return params
+
+    def _authentication(self, ref: AuthenticationRef) -> TriggerAuthentication | None:
+        """The (Cluster)TriggerAuthentication `ref` names, if the file has it (a namespaced one in our namespace)."""
+        return next((a for a in self.authentications if a.kind == ref.kind and a.name == ref.name
+                     and (a.kind == "ClusterTriggerAuthentication" or a.namespace in (None, self.namespace))), None)
 
     def _secret(self, m: Fields, auth: Mapping[str, dict[str, str]], param: str, path: str,
                 env_name: str | None = None) -> dict[str, str] | None:
@@ -674,8 +646,9 @@ class _Converter:
     # ----------------------------------------------------------------------------------------------------------
     # Connections
 
-    def _connection(self, t: Fields, m: Fields, path: str) -> dict[str, Any]:
+    def _connection(self, trigger: Trigger, m: Fields) -> dict[str, Any]:
         """The source's auth fields: a connection Secret, or workload identity with the account and endpoint."""
+        path = trigger.path
         meta_path = f"{path}.metadata"
         from_env = m.optional_string("connectionFromEnv")
         legacy = m.optional_string("connection")
@@ -683,14 +656,9 @@ class _Converter:
         cloud = m.optional_string("cloud")
         suffix = m.optional_string("endpointSuffix")
         m.read.update({"metricName", "queueURL", "queueURLFromEnv"})
-        auth_ref = t.child("authenticationRef")
-        auth_name = auth_ref.optional_string("name")
-        auth_kind = auth_ref.choice("kind", ("TriggerAuthentication", "ClusterTriggerAuthentication"),
-                                    "TriggerAuthentication")
-        auth_ref.finish()
-
-        if auth_name:
-            auth = self._auth(auth_name, auth_kind, f"{path}.authenticationRef")
+        ref = trigger.authentication_ref
+        if ref is not None:
+            auth = self._auth(ref, f"{path}.authenticationRef")
             if auth is not None and auth.get("identity"):
                 return auth | self._identity_fields(account, cloud, suffix, meta_path)
             if auth is not None:
@@ -700,8 +668,8 @@ class _Converter:
         if legacy:
             # KEDA 1.x: `connection` named the environment variable, as connectionFromEnv does now.
             return {"connectionSecretRef": self._env_secret(legacy, f"{meta_path}.connection")}
-        if auth_name:  # an authenticationRef we could not follow: placeholder written by _auth
-            return {"connectionSecretRef": {"name": _dns_name(auth_name), "key": "connection"}}
+        if ref is not None:  # an authenticationRef we could not follow: placeholder written by _auth
+            return {"connectionSecretRef": {"name": _dns_name(ref.name), "key": "connection"}}
         self.warn(meta_path, f"names no connection, so KEDA reads the environment variable "
                   f"{KEDA_DEFAULT_CONNECTION_ENV}; traced it as connectionFromEnv")
         return {"connectionSecretRef": self._env_secret(KEDA_DEFAULT_CONNECTION_ENV, meta_path)}
@@ -732,50 +700,37 @@ class _Converter:
                                           f'AzureChinaCloud, AzureGermanCloud or Private, got "{cloud}"'))
         return fields
 
-    def _auth(self, name: str, kind: str, path: str) -> dict[str, Any] | None:
+    def _auth(self, ref: AuthenticationRef, path: str) -> dict[str, Any] | None:
         """The connection a (Cluster)TriggerAuthentication in the file gives; None (and a warning) otherwise."""
-        auth = next(
-            (d for d in self.documents if d.get("kind") == kind and _name(d) == name
-             and (kind == "ClusterTriggerAuthentication" or _namespace(d) in (None, self.namespace))),
-            None,
-        )
+        name, kind = ref.name, ref.kind
+        auth = self._authentication(ref)
         if auth is None:
             self.warn(f"{path}.name", f"{kind} '{name}' is not in this file: wrote a placeholder "
                       f"connectionSecretRef {{name: {_dns_name(name)}, key: connection}}; point it at the Secret "
                       "holding the connection string (or add the TriggerAuthentication to the file)")
             return None
-        spec = auth.get("spec") if isinstance(auth.get("spec"), Mapping) else {}
-        assert isinstance(spec, Mapping)
-        cluster_note = (f"; a {kind} reads Secrets in KEDA's namespace, a QueueScaler in its own: copy the Secret "
-                        f"into namespace '{self.namespace or 'default'}'") if kind == "ClusterTriggerAuthentication" \
-            else ""
-        for ref in spec.get("secretTargetRef") or []:
-            if isinstance(ref, Mapping) and ref.get("parameter") == "connection":
-                secret, key = ref.get("name"), ref.get("key")
-                if isinstance(secret, str) and isinstance(key, str) and secret and key:
-                    if cluster_note:
-                        self.warn(f"{path}.kind", cluster_note.lstrip("; "))
-                    return {"connectionSecretRef": {"name": secret, "key": key}}
-        for ref in spec.get("env") or []:
-            if isinstance(ref, Mapping) and ref.get("parameter") == "connection" and isinstance(ref.get("name"), str):
-                if isinstance(ref.get("containerName"), str):
-                    self.env_container = ref["containerName"]
-                return {"connectionSecretRef": self._env_secret(ref["name"], f"{path} ({kind} '{name}' env)")}
-        identity = spec.get("podIdentity")
-        if isinstance(identity, Mapping):
-            provider = identity.get("provider")
-            if provider in ("azure-workload", "azure"):
-                if provider == "azure":
-                    self.warn(f"{path}.name", f"{kind} '{name}' uses AAD Pod Identity (provider azure, removed in "
-                              "KEDA 2.15); converted to Microsoft Entra workload identity")
-                if identity.get("identityId"):
-                    self.warn(f"{path}.name", f"{kind} '{name}' podIdentity.identityId cannot be carried over: "
-                              "queuescale authenticates as the operator's own workload identity; grant it Storage "
-                              "Queue Data Reader on the account")
-                return {"identity": "workload"}
-        others = [k for k in ("azureKeyVault", "hashiCorpVault", "configMapTargetRef", "awsSecretManager",
-                              "gcpSecretManager", "boundServiceAccountToken") if spec.get(k)]
-        what = f"uses {', '.join(others)}, which queuescale cannot read" if others else \
+        for secret_ref in auth.secret_target_refs:
+            if secret_ref.parameter == "connection":
+                if kind == "ClusterTriggerAuthentication":
+                    self.warn(f"{path}.kind", f"a {kind} reads Secrets in KEDA's namespace, a QueueScaler in its "
+                              f"own: copy the Secret into namespace '{self.namespace or 'default'}'")
+                return {"connectionSecretRef": {"name": secret_ref.name, "key": secret_ref.key}}
+        for env in auth.env:
+            if env.parameter == "connection":
+                if env.container_name is not None:
+                    self.env_container = env.container_name
+                return {"connectionSecretRef": self._env_secret(env.name, f"{path} ({kind} '{name}' env)")}
+        identity = auth.pod_identity
+        if identity is not None and identity.provider in ("azure-workload", "azure"):
+            if identity.provider == "azure":
+                self.warn(f"{path}.name", f"{kind} '{name}' uses AAD Pod Identity (provider azure, removed in "
+                          "KEDA 2.15); converted to Microsoft Entra workload identity")
+            if identity.identity_id:
+                self.warn(f"{path}.name", f"{kind} '{name}' podIdentity.identityId cannot be carried over: "
+                          "queuescale authenticates as the operator's own workload identity; grant it Storage "
+                          "Queue Data Reader on the account")
+            return {"identity": "workload"}
+        what = f"uses {', '.join(auth.other_sources)}, which queuescale cannot read" if auth.other_sources else \
             "gives no connection (no secretTargetRef with parameter connection, no env, no podIdentity)"
         self.warn(f"{path}.name", f"{kind} '{name}' {what}: wrote a placeholder connectionSecretRef "
                   f"{{name: {_dns_name(name)}, key: connection}}; put the connection string in that Secret")
@@ -824,7 +779,7 @@ class _Converter:
 
     def _behavior(self, policy: dict[str, Any], name: str, direction: HpaDirection, given: bool,
                   hpa_default: HpaDirection) -> None:
-        path = f"spec.advanced.horizontalPodAutoscalerConfig.behavior.{name}"
+        path = f"{_BEHAVIOR}.{name}"
         if not given:
             if name == "scaleUp":
                 self.warn(path, "not set, so KEDA's HPA allows at most +4 pods or +100 % (the larger) per 15s; "
@@ -851,16 +806,30 @@ class _Converter:
                 out["selectPolicy"] = direction.select_policy
         policy[name] = out
 
-    def _fallback(self, f: Fields, maximum: int) -> dict[str, Any] | None:
-        if not f.raw:
-            f.finish()
+    def _tolerance(self, policy: dict[str, Any], behavior: HpaBehavior) -> None:
+        """The HPA's tolerance per direction (autoscaling/v2 `tolerance`) as queuescale's one policy.tolerance."""
+        up, down = behavior.scale_up.tolerance, behavior.scale_down.tolerance
+        if up is None and down is None:
+            return
+        effective = {HPA_TOLERANCE if t is None else t for t in (up, down)}
+        tolerance = min(min(effective), 1.0)  # queuescale's tolerance is at most 1
+        if len(effective) > 1 or tolerance != min(effective):
+            where = "scaleUp.tolerance" if up is not None else "scaleDown.tolerance"
+            self.warn(f"{_BEHAVIOR}.{where}", f"queuescale has one tolerance for both directions (at most 1): "
+                      f"used {_number(tolerance)} as policy.tolerance")
+        if tolerance != HPA_TOLERANCE:
+            policy["tolerance"] = _number(tolerance)
+
+    def _fallback(self, fallback: Fallback | None, maximum: int) -> dict[str, Any] | None:
+        if fallback is None:
             return None
-        threshold = f.integer("failureThreshold", minimum=1)
-        replicas = f.integer("replicas", minimum=0)
-        behavior = f.choice("behavior", ("static", "currentReplicas", "currentReplicasIfHigher",
-                                         "currentReplicasIfLower"), "static")
-        f.finish()
         path = "spec.fallback"
+        threshold, replicas, behavior = fallback.failure_threshold, fallback.replicas, fallback.behavior
+        if threshold < 1:
+            self.errors.append(FieldError(f"{path}.failureThreshold", f"must be >= 1, got {threshold}"))
+        if behavior == "scalingModifiers":
+            self.errors.append(FieldError(f"{path}.behavior", "scalingModifiers cannot be carried over: queuescale "
+                                          "has no scalingModifiers formula to fall back to"))
         if replicas > maximum:
             self.warn(f"{path}.replicas", f"{replicas} is above maxReplicaCount; lowered to {maximum}")
             replicas = maximum
@@ -876,26 +845,21 @@ class _Converter:
         return {"failureThreshold": threshold, "mode": "fixed", "replicas": replicas}
 
 
-def _direction(f: Fields, default: HpaDirection) -> HpaDirection:
-    """One HPA behavior direction, with the HPA's defaults for what it leaves out."""
-    policies: list[HpaPolicy] = []
-    for item, path in f.items("policies"):
-        p = Fields(item, path, f.errors)
-        kind = p.choice("type", ("Pods", "Percent"), "Pods")
-        if not p.has("type"):
-            p.missing("type")
-        value = p.integer("value", minimum=1)
-        period = p.integer("periodSeconds", minimum=1, maximum=1800)
-        p.finish()
-        policies.append(HpaPolicy(kind, value, period))  # type: ignore[arg-type]
-    direction = HpaDirection(
-        stabilization_window=f.integer("stabilizationWindowSeconds", default.stabilization_window, minimum=0,
-                                       maximum=3600),
-        policies=tuple(policies) if f.has("policies") else default.policies,
-        select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), "Max"),  # type: ignore[arg-type]
-    )
-    f.finish()
-    return direction
+def _secrets(spec: Mapping[str, Any]) -> list[str]:
+    """The Secrets a converted rule's sources read, in order of first use."""
+    names: list[str] = []
+    for source in spec["sources"]:
+        for key, value in source.items():
+            if key.endswith("SecretRef") and value["name"] not in names:
+                names.append(value["name"])
+    return names
+
+
+def allow_command(namespace: str | None, secret: str, rule: str) -> str:
+    """The kubectl command with which a Secret's owner lets the rule read it: the wording of the operator's own
+    hint (controller/kube/secrets.py allow_command), for a Secret whose annotation names no rule yet."""
+    where = f" -n {namespace}" if namespace else ""
+    return f"kubectl annotate secret {secret}{where} {ALLOWED_RULES_ANNOTATION}={rule}"
 
 
 def _metadata_number(f: Fields, name: str, default: float) -> float:

@@ -25,17 +25,28 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import yaml
 
+from controller.keda.model import (
+    DEFAULT_DOWN,
+    DEFAULT_UP,
+    DOWNSCALE_STABILIZATION,
+    HPA_SYNC,
+    HPA_TOLERANCE,
+    INT32_MAX,
+    Fallback,
+    HpaBehavior,
+    HpaDirection,
+    HpaPolicy,
+    Trigger,
+    read_scaled_object,
+)
 from controller.model.fields import FieldError, Fields, SpecError
 from controller.simulator.world import PEEK_LIMIT, MultiQueueWorld, SimWorld, World
 
-HPA_SYNC = 15
-HPA_TOLERANCE = 0.1  # kube-controller-manager --horizontal-pod-autoscaler-tolerance
-DOWNSCALE_STABILIZATION = 300  # --horizontal-pod-autoscaler-downscale-stabilization: the legacy path's window
 SCALE_UP_LIMIT_FACTOR = 2.0  # horizontal.go scaleUpLimitFactor (its _test.go raises it to 8; production is 2)
 SCALE_UP_LIMIT_MINIMUM = 4.0  # horizontal.go scaleUpLimitMinimum
 
@@ -46,38 +57,24 @@ EDGE_WITHIN_TOLERANCE = (1, 33)  # kubernetes/kubernetes#130797: Tolerances.isWi
 CONFIGURABLE_TOLERANCE = (1, 34)  # HPAConfigurableTolerance: alpha (off) in 1.33, beta (on) from 1.34
 
 INT64_MAX = 2**63 - 1
-INT32_MAX = 2**31 - 1
 
-
-@dataclass(frozen=True)
-class HpaPolicy:
-    type: Literal["Pods", "Percent"]
-    value: int
-    period: int
-
-
-@dataclass(frozen=True)
-class HpaDirection:
-    stabilization_window: int
-    policies: tuple[HpaPolicy, ...]
-    select_policy: Literal["Max", "Min", "Disabled"] = "Max"
-    tolerance: float | None = None  # None: the controller's flag (0.1)
-
-
-DEFAULT_UP = HpaDirection(0, (HpaPolicy("Pods", 4, 15), HpaPolicy("Percent", 100, 15)))
-DEFAULT_DOWN = HpaDirection(300, (HpaPolicy("Percent", 100, 15),))
-
-
-@dataclass(frozen=True)
-class HpaBehavior:
-    """`advanced.horizontalPodAutoscalerConfig.behavior`, with autoscaling/v2 defaults for what it leaves out."""
-
-    scale_up: HpaDirection = DEFAULT_UP
-    scale_down: HpaDirection = DEFAULT_DOWN
+# The HPA behavior model and its defaults are controller/keda/model.py's, shared with `convert-keda`; the names
+# stay importable from here, where upstream's test tables (tests/simulator/test_keda_upstream.py) look for them.
+__all__ = [
+    "DEFAULT_DOWN", "DEFAULT_UP", "INT32_MAX", "INT64_MAX",
+    "AzureQueueTrigger", "HpaBehavior", "HpaDirection", "HpaPolicy", "KedaAutoscaler", "ScaledObject",
+    "ScaledObjectError", "Tolerances", "calculate_scale_down_limit_with_behaviors", "calculate_scale_up_limit",
+    "calculate_scale_up_limit_with_scaling_rules", "convert_desired_replicas_with_behavior_rate",
+    "convert_desired_replicas_with_rules", "external_metric_replicas", "external_per_pod_metric_replicas",
+    "load_scaled_objects", "parse_scaled_object", "replicas_change_per_period", "stabilize_recommendation",
+    "stabilize_recommendation_with_behaviors",
+]
 
 
 @dataclass(frozen=True)
 class AzureQueueTrigger:
+    """An azure-queue trigger's metadata as KEDA's scaler reads it (pkg/scalers/azure_queue_scaler.go)."""
+
     queue_name: str
     queue_length: int = 5
     activation_queue_length: int = 0
@@ -86,21 +83,11 @@ class AzureQueueTrigger:
     use_cached_metrics: bool = False
 
 
-FALLBACK_BEHAVIORS = ("static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower")
-
-
-@dataclass(frozen=True)
-class KedaFallback:
-    """`spec.fallback` (keda apis/keda/v1alpha1 Fallback): after more than `failure_threshold` failed reads of a
-    trigger, KEDA answers `replicas` x the trigger's target instead of an error (pkg/fallback/fallback.go)."""
-
-    failure_threshold: int
-    replicas: int
-    behavior: str = "static"
-
-
 @dataclass(frozen=True)
 class ScaledObject:
+    """A ScaledObject as the emulation runs it: the settings of controller/keda/model.py's ScaledObject, its
+    azure-queue triggers read as KEDA's scaler reads them, and the Kubernetes version the HPA behaves as."""
+
     name: str
     polling_interval: int = 30
     cooldown_period: int = 300
@@ -111,11 +98,11 @@ class ScaledObject:
     triggers: tuple[AzureQueueTrigger, ...] = ()
     behavior: HpaBehavior | None = None  # None: KEDA creates the HPA with `behavior: nil` (the legacy path)
     kubernetes_version: tuple[int, int] = NEWEST_KUBERNETES
-    fallback: KedaFallback | None = None
+    fallback: Fallback | None = None
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Parsing
+# Reading: the ScaledObject once (controller/keda/model.py), then what only the emulation needs of it
 
 _TRIGGER_METADATA = {
     "queueName", "queueLength", "activationQueueLength", "queueLengthStrategy", "connectionFromEnv", "connection",
@@ -150,22 +137,15 @@ def _metadata_int64(f: Fields, name: str, default: int) -> int:
     return int(value)
 
 
-def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQueueTrigger | None:
-    f = Fields(item, path, errors)
-    kind = f.string("type", required=True)
-    f.read.update({"name", "authenticationRef"})
-    metric_type = f.choice("metricType", ("AverageValue", "Value", "Utilization"), "AverageValue")
-    use_cached = f.boolean("useCachedMetrics", False)
-    if metric_type == "Utilization":
-        f.error("metricType", "Utilization is not supported by the azure-queue trigger")
-    if kind and kind != "azure-queue":
-        f.error("type", f'the simulator emulates azure-queue triggers only, got "{kind}"')
-        f.read.add("metadata")
-        f.finish()
+def _azure_queue_trigger(trigger: Trigger, errors: list[FieldError]) -> AzureQueueTrigger | None:
+    if trigger.metric_type == "Utilization":
+        errors.append(FieldError(f"{trigger.path}.metricType",
+                                 "Utilization is not supported by the azure-queue trigger"))
+    if trigger.type and trigger.type != "azure-queue":
+        errors.append(FieldError(f"{trigger.path}.type",
+                                 f'the simulator emulates azure-queue triggers only, got "{trigger.type}"'))
         return None
-    m = f.child("metadata")
-    if not f.has("metadata"):
-        f.missing("metadata")
+    m = Fields(trigger.metadata, f"{trigger.path}.metadata", errors)
     queue_name = _metadata_string(m, "queueName")
     if queue_name is None and isinstance(m.raw.get("queueName", ""), str):
         m.missing("queueName")  # absent, empty or blank: KEDA's "missing required parameter"
@@ -183,153 +163,54 @@ def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQu
     for name in m.raw:
         if name not in _TRIGGER_METADATA and name not in m.read:
             m.error(str(name), "unknown field of the azure-queue trigger (KEDA would ignore it: a typo?)")
-    m.read.update(m.raw)
-    f.finish()
     return AzureQueueTrigger(
         queue_name=queue_name or "", queue_length=queue_length, activation_queue_length=activation,
-        strategy=strategy,  # type: ignore[arg-type]
-        metric_type=metric_type,  # type: ignore[arg-type]
-        use_cached_metrics=use_cached,
+        strategy="visibleonly" if strategy == "visibleonly" else "all",
+        metric_type="Value" if trigger.metric_type == "Value" else "AverageValue",
+        use_cached_metrics=trigger.use_cached_metrics,
     )
 
 
-_QUANTITY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(m?)")
-
-
-def _tolerance(f: Fields) -> float | None:
-    """`tolerance`: a resource.Quantity (int-or-string in the CRD), >= 0."""
-    value = f.raw.get("tolerance")
-    f.read.add("tolerance")
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return float(value)
-    match = _QUANTITY.fullmatch(value.strip()) if isinstance(value, str) else None
-    if match is None:
-        f.error("tolerance", f'must be a quantity >= 0 written as a string, e.g. "0.05" or "50m", got {value!r}')
-        return None
-    number = float(match.group(1))
-    return number / 1000 if match.group(2) else number
-
-
-def _parse_direction(f: Fields, default: HpaDirection) -> HpaDirection:
-    policies: list[HpaPolicy] = []
-    for item, path in f.items("policies", min_items=1 if f.has("policies") else 0):
-        p = Fields(item, path, f.errors)
-        kind = p.choice("type", ("Pods", "Percent"), "Pods")
-        if not p.has("type"):
-            p.missing("type")
-        value = p.integer("value", minimum=1)
-        period = p.integer("periodSeconds", minimum=1, maximum=1800)
-        p.finish()
-        policies.append(HpaPolicy(kind, value, period))  # type: ignore[arg-type]
-    direction = HpaDirection(
-        stabilization_window=f.integer("stabilizationWindowSeconds", default.stabilization_window, minimum=0,
-                                       maximum=3600),
-        policies=tuple(policies) if f.has("policies") else default.policies,
-        select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), "Max"),  # type: ignore[arg-type]
-        tolerance=_tolerance(f),
-    )
-    f.finish()
-    return direction
-
-
-def _kubernetes_version(meta: Fields) -> tuple[int, int]:
-    annotations = meta.raw.get("annotations")
-    value = annotations.get(KUBERNETES_VERSION_ANNOTATION) if isinstance(annotations, Mapping) else None
+def _kubernetes_version(annotations: Mapping[str, object], errors: list[FieldError]) -> tuple[int, int]:
+    value = annotations.get(KUBERNETES_VERSION_ANNOTATION)
     if value is None:
         return NEWEST_KUBERNETES
     match = re.fullmatch(r"v?1\.(\d+)(?:\.\d+)?", str(value).strip())
     version = (1, int(match.group(1))) if match else None
     if version is None or not OLDEST_KUBERNETES <= version <= NEWEST_KUBERNETES:
-        meta.error(f"annotations.{KUBERNETES_VERSION_ANNOTATION}",
-                   f'must be a Kubernetes version from 1.{OLDEST_KUBERNETES[1]} to 1.{NEWEST_KUBERNETES[1]} '
-                   f'(e.g. "1.32"), got {value!r}')
+        errors.append(FieldError(
+            f"metadata.annotations.{KUBERNETES_VERSION_ANNOTATION}",
+            f'must be a Kubernetes version from 1.{OLDEST_KUBERNETES[1]} to 1.{NEWEST_KUBERNETES[1]} '
+            f'(e.g. "1.32"), got {value!r}'))
         return NEWEST_KUBERNETES
     return version
 
 
 def parse_scaled_object(doc: object) -> ScaledObject:
-    """A ScaledObject from its YAML document; raises SpecError naming every bad field."""
+    """A ScaledObject from its YAML document, as the emulation runs it; raises SpecError naming every bad field."""
     errors: list[FieldError] = []
-    f = Fields(doc, "", errors)
-    api_version = f.string("apiVersion", required=True)
-    if api_version and api_version != "keda.sh/v1alpha1":
-        f.error("apiVersion", f'must be "keda.sh/v1alpha1", got "{api_version}"')
-    kind = f.string("kind", required=True)
-    if kind and kind != "ScaledObject":
-        f.error("kind", f'must be "ScaledObject", got "{kind}"')
-    meta = f.child("metadata")
-    name = meta.string("name", required=True)
-    version = _kubernetes_version(meta)
-    meta.read.update(meta.raw)
-    s = f.child("spec")
-    if not f.has("spec"):
-        f.missing("spec")
-    target = s.child("scaleTargetRef")
-    target.string("name", required=True)
-    target.read.update(target.raw)
-    if not s.has("scaleTargetRef"):
-        s.missing("scaleTargetRef")
-    minimum = s.integer("minReplicaCount", 0, minimum=0)
-    maximum = s.integer("maxReplicaCount", 100, minimum=1)
-    if maximum < minimum:
-        s.error("maxReplicaCount", f"must be >= minReplicaCount ({minimum}), got {maximum}")
-    idle = s.optional_integer("idleReplicaCount", minimum=0)
-    # keda apis/keda/v1alpha1 CheckReplicaCountBoundsAreValid compares with the HPA's minimum (at least 1) when
-    # minReplicaCount is set, with 0 when it is not: `minReplicaCount: 0, idleReplicaCount: 0` is accepted.
-    idle_bound = max(1, minimum) if s.has("minReplicaCount") else 0
-    if idle is not None and idle >= idle_bound:
-        s.error("idleReplicaCount", f"must be less than minReplicaCount ({idle_bound}), got {idle}")
-    fallback: KedaFallback | None = None
-    if s.has("fallback"):
-        # Both are int32 without omitempty in the Go type, so the CRD requires them; its schema says minimum 0.
-        f_fallback = s.child("fallback")
-        behavior_name = f_fallback.choice("behavior", (*FALLBACK_BEHAVIORS, "scalingModifiers"), "static")
-        if behavior_name == "scalingModifiers":
-            f_fallback.error("behavior", "scalingModifiers is not supported by the simulator")
-            behavior_name = "static"
-        fallback = KedaFallback(
-            failure_threshold=f_fallback.integer("failureThreshold", minimum=0, maximum=INT32_MAX),
-            replicas=f_fallback.integer("replicas", minimum=0, maximum=INT32_MAX),
-            behavior=behavior_name,
-        )
-        f_fallback.finish()
-    advanced = s.child("advanced")
-    advanced.boolean("restoreToOriginalReplicaCount", False)
-    if advanced.has("scalingModifiers"):
-        advanced.error("scalingModifiers", "is not supported by the simulator")
-    hpa = advanced.child("horizontalPodAutoscalerConfig")
-    hpa.string("name", "")
-    behavior_given = hpa.has("behavior")
-    behavior_fields = hpa.child("behavior")
-    behavior = HpaBehavior(_parse_direction(behavior_fields.child("scaleUp"), DEFAULT_UP),
-                           _parse_direction(behavior_fields.child("scaleDown"), DEFAULT_DOWN))
-    behavior_fields.finish()
-    hpa.finish()
-    advanced.finish()
-    triggers = [
-        t for item, path in s.items("triggers", min_items=1) if (t := _parse_trigger(item, path, errors)) is not None
-    ]
-    if not s.has("triggers"):
-        s.missing("triggers")
-    scaled = ScaledObject(
-        name=name,
-        polling_interval=s.integer("pollingInterval", 30, minimum=1),
-        cooldown_period=s.integer("cooldownPeriod", 300, minimum=0),
-        initial_cooldown_period=s.integer("initialCooldownPeriod", 0, minimum=0),
-        min_replicas=minimum, max_replicas=maximum, idle_replicas=idle, triggers=tuple(triggers),
-        # keda controllers/keda/hpa.go copies the behavior as is, and nil when the ScaledObject has none.
-        behavior=behavior if behavior_given else None,
+    scaled = read_scaled_object(doc, errors)
+    version = _kubernetes_version(scaled.annotations, errors)
+    fallback = scaled.fallback
+    if fallback is not None and fallback.behavior == "scalingModifiers":
+        errors.append(FieldError("spec.fallback.behavior", "scalingModifiers is not supported by the simulator"))
+        fallback = replace(fallback, behavior="static")
+    if scaled.scaling_modifiers:
+        errors.append(FieldError("spec.advanced.scalingModifiers", "is not supported by the simulator"))
+    triggers = tuple(t for trigger in scaled.triggers if (t := _azure_queue_trigger(trigger, errors)) is not None)
+    if errors:
+        raise SpecError(errors)
+    return ScaledObject(
+        name=scaled.name,
+        polling_interval=scaled.polling_interval,
+        cooldown_period=scaled.cooldown_period,
+        initial_cooldown_period=scaled.initial_cooldown_period,
+        min_replicas=scaled.min_replica_count, max_replicas=scaled.max_replica_count,
+        idle_replicas=scaled.idle_replica_count, triggers=triggers,
+        behavior=scaled.behavior,
         kubernetes_version=version,
         fallback=fallback,
     )
-    s.finish()
-    f.read.add("status")
-    f.finish()
-    if errors:
-        raise SpecError(errors)
-    return scaled
 
 
 class ScaledObjectError(Exception):

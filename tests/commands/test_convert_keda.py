@@ -362,3 +362,62 @@ def test_a_scaled_job_is_named_as_not_supported_and_why(tmp_path: Path) -> None:
         convert_file(str(only_jobs))
     assert caught.value.lines[-1] == f"{only_jobs}: no ScaledObject in this file"
     assert "ScaledJob is not supported" in caught.value.lines[0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# What the converted rule needs next, and the HPA's tolerance
+
+
+def test_the_yaml_says_how_to_let_the_rule_read_each_secret_it_names() -> None:
+    conversion = convert_file(str(DATA / "connection-from-env.yaml"))
+    (doc,) = conversion.documents
+    namespace = doc["metadata"].get("namespace")
+    where = f" -n {namespace}" if namespace else ""
+    command = (f"kubectl annotate secret orders-storage{where} queuescale.io/allowed-rules="
+               f"{doc['metadata']['name']}")
+    assert conversion.allow_commands == [[command]]
+    text = conversion.to_yaml()
+    assert f"#   {command}\n" in text
+    assert yaml.safe_load(text) == doc  # a comment only
+
+
+def converted_with_behavior(tmp_path: Path, behavior: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    path = tmp_path / "so.yaml"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "orders"},
+        "spec": {"scaleTargetRef": {"name": "orders-worker"},
+                 "advanced": {"horizontalPodAutoscalerConfig": {"behavior": behavior}},
+                 "triggers": [{"type": "azure-queue", "metadata": {"queueName": "orders", "connectionFromEnv": "C"}}]},
+    }))
+    return converted(path)
+
+
+def test_one_hpa_tolerance_for_both_directions_becomes_the_policy_tolerance(tmp_path: Path) -> None:
+    doc, warnings = converted_with_behavior(tmp_path, {"scaleUp": {"tolerance": "50m"},
+                                                       "scaleDown": {"tolerance": "0.05"}})
+    assert doc["spec"]["policy"]["tolerance"] == 0.05
+    assert not [w for w in warnings if ".tolerance: " in w]
+
+
+def test_tolerances_that_differ_by_direction_keep_the_smaller_with_a_warning(tmp_path: Path) -> None:
+    doc, warnings = converted_with_behavior(tmp_path, {"scaleUp": {"tolerance": "50m"}})
+    assert doc["spec"]["policy"]["tolerance"] == 0.05  # the HPA's own 0.1 applies to scaling down
+    (warning,) = warnings_about(warnings, "spec.advanced.horizontalPodAutoscalerConfig.behavior.scaleUp.tolerance")
+    assert "one tolerance for both directions" in warning
+
+
+@pytest.mark.parametrize(("fallback", "path"), [
+    ({"failureThreshold": 0, "replicas": 2}, "spec.fallback.failureThreshold"),  # KEDA's minimum is 0, ours 1
+    ({"failureThreshold": 3, "replicas": 2, "behavior": "scalingModifiers"}, "spec.fallback.behavior"),
+])
+def test_a_fallback_keda_accepts_and_a_queuescaler_cannot_hold_is_an_error_naming_the_field(
+        tmp_path: Path, fallback: dict[str, Any], path: str) -> None:
+    file = tmp_path / "so.yaml"
+    file.write_text(yaml.safe_dump({
+        "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "orders"},
+        "spec": {"scaleTargetRef": {"name": "orders-worker"}, "fallback": fallback,
+                 "triggers": [{"type": "azure-queue", "metadata": {"queueName": "orders", "connectionFromEnv": "C"}}]},
+    }))
+    conversion = convert_file(str(file))
+    assert conversion.documents == []
+    assert [e.split(": ")[2] for e in conversion.errors] == [path]

@@ -269,3 +269,14 @@ def test_the_kubernetes_version_annotation_is_checked() -> None:
     assert [e.path for e in caught.value.errors] == [
         "metadata.annotations.simulator.queuescale.io/kubernetes-version"]
     assert scaled_object().kubernetes_version == (1, 35)
+
+
+@pytest.mark.parametrize(("spec", "path"), [
+    ({"fallback": {"failureThreshold": 3, "replicas": 2, "behavior": "scalingModifiers"}}, "spec.fallback.behavior"),
+    ({"advanced": {"scalingModifiers": {"formula": "a + b", "target": "10"}}}, "spec.advanced.scalingModifiers"),
+])
+def test_what_keda_accepts_and_the_emulation_cannot_run_is_refused_by_path(spec: dict[str, Any], path: str) -> None:
+    """The model (controller/keda/model.py) accepts both, as KEDA does; the emulation has no formula to run."""
+    with pytest.raises(SpecError) as caught:
+        scaled_object(spec)
+    assert [(e.path, "not supported by the simulator" in e.message) for e in caught.value.errors] == [(path, True)]
