@@ -31,8 +31,6 @@ from typing import Literal
 import yaml
 
 from controller.keda.model import (
-    DEFAULT_DOWN,
-    DEFAULT_UP,
     DOWNSCALE_STABILIZATION,
     HPA_SYNC,
     HPA_TOLERANCE,
@@ -40,7 +38,6 @@ from controller.keda.model import (
     Fallback,
     HpaBehavior,
     HpaDirection,
-    HpaPolicy,
     Trigger,
     read_scaled_object,
 )
@@ -58,17 +55,6 @@ CONFIGURABLE_TOLERANCE = (1, 34)  # HPAConfigurableTolerance: alpha (off) in 1.3
 
 INT64_MAX = 2**63 - 1
 
-# The HPA behavior model and its defaults are controller/keda/model.py's, shared with `convert-keda`; the names
-# stay importable from here, where upstream's test tables (tests/simulator/test_keda_upstream.py) look for them.
-__all__ = [
-    "DEFAULT_DOWN", "DEFAULT_UP", "INT32_MAX", "INT64_MAX",
-    "AzureQueueTrigger", "HpaBehavior", "HpaDirection", "HpaPolicy", "KedaAutoscaler", "ScaledObject",
-    "ScaledObjectError", "Tolerances", "calculate_scale_down_limit_with_behaviors", "calculate_scale_up_limit",
-    "calculate_scale_up_limit_with_scaling_rules", "convert_desired_replicas_with_behavior_rate",
-    "convert_desired_replicas_with_rules", "external_metric_replicas", "external_per_pod_metric_replicas",
-    "load_scaled_objects", "parse_scaled_object", "replicas_change_per_period", "stabilize_recommendation",
-    "stabilize_recommendation_with_behaviors",
-]
 
 
 @dataclass(frozen=True)

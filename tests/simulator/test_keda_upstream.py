@@ -24,15 +24,10 @@ from typing import Any, cast
 
 import pytest
 
+from controller.keda.model import DEFAULT_DOWN, DEFAULT_UP, INT32_MAX, HpaBehavior, HpaDirection, HpaPolicy
 from controller.model.fields import SpecError
 from controller.simulator.keda import (
-    DEFAULT_DOWN,
-    DEFAULT_UP,
-    INT32_MAX,
     INT64_MAX,
-    HpaBehavior,
-    HpaDirection,
-    HpaPolicy,
     KedaAutoscaler,
     Tolerances,
     calculate_scale_down_limit_with_behaviors,
