@@ -56,7 +56,6 @@ CONFIGURABLE_TOLERANCE = (1, 34)  # HPAConfigurableTolerance: alpha (off) in 1.3
 INT64_MAX = 2**63 - 1
 
 
-
 @dataclass(frozen=True)
 class AzureQueueTrigger:
     """An azure-queue trigger's metadata as KEDA's scaler reads it (pkg/scalers/azure_queue_scaler.go)."""
