@@ -28,7 +28,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Literal, TextIO
 from urllib.parse import unquote, urlsplit
 
 import yaml
@@ -881,18 +881,18 @@ def _direction(f: Fields, default: HpaDirection) -> HpaDirection:
     policies: list[HpaPolicy] = []
     for item, path in f.items("policies"):
         p = Fields(item, path, f.errors)
-        kind = p.choice("type", ("Pods", "Percent"), "Pods")
+        kind: Literal["Pods", "Percent"] = p.choice("type", ("Pods", "Percent"), "Pods")
         if not p.has("type"):
             p.missing("type")
         value = p.integer("value", minimum=1)
         period = p.integer("periodSeconds", minimum=1, maximum=1800)
         p.finish()
-        policies.append(HpaPolicy(kind, value, period))  # type: ignore[arg-type]
+        policies.append(HpaPolicy(kind, value, period))
     direction = HpaDirection(
         stabilization_window=f.integer("stabilizationWindowSeconds", default.stabilization_window, minimum=0,
                                        maximum=3600),
         policies=tuple(policies) if f.has("policies") else default.policies,
-        select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), "Max"),  # type: ignore[arg-type]
+        select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), "Max"),
     )
     f.finish()
     return direction

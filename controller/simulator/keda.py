@@ -154,7 +154,8 @@ def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQu
     f = Fields(item, path, errors)
     kind = f.string("type", required=True)
     f.read.update({"name", "authenticationRef"})
-    metric_type = f.choice("metricType", ("AverageValue", "Value", "Utilization"), "AverageValue")
+    metric_type: Literal["AverageValue", "Value", "Utilization"] = f.choice(
+        "metricType", ("AverageValue", "Value", "Utilization"), "AverageValue")
     use_cached = f.boolean("useCachedMetrics", False)
     if metric_type == "Utilization":
         f.error("metricType", "Utilization is not supported by the azure-queue trigger")
@@ -175,11 +176,11 @@ def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQu
         m.error("queueLength", f"must be > 0 (the HPA's metric target must be positive), got {queue_length}")
         queue_length = 5
     activation = _metadata_int64(m, "activationQueueLength", 0)
-    strategy = _metadata_string(m, "queueLengthStrategy") or "all"
-    if strategy not in ("all", "visibleonly"):
+    strategy_text = _metadata_string(m, "queueLengthStrategy") or "all"
+    if strategy_text not in ("all", "visibleonly"):
         # KEDA's enum check compares the exact string: "VisibleOnly" is refused.
-        m.error("queueLengthStrategy", f'must be "all" or "visibleonly" (lower case), got "{strategy}"')
-        strategy = "all"
+        m.error("queueLengthStrategy", f'must be "all" or "visibleonly" (lower case), got "{strategy_text}"')
+    strategy: Literal["all", "visibleonly"] = "visibleonly" if strategy_text == "visibleonly" else "all"
     for name in m.raw:
         if name not in _TRIGGER_METADATA and name not in m.read:
             m.error(str(name), "unknown field of the azure-queue trigger (KEDA would ignore it: a typo?)")
@@ -187,8 +188,8 @@ def _parse_trigger(item: object, path: str, errors: list[FieldError]) -> AzureQu
     f.finish()
     return AzureQueueTrigger(
         queue_name=queue_name or "", queue_length=queue_length, activation_queue_length=activation,
-        strategy=strategy,  # type: ignore[arg-type]
-        metric_type=metric_type,  # type: ignore[arg-type]
+        strategy=strategy,
+        metric_type="Value" if metric_type == "Value" else "AverageValue",  # Utilization was refused above
         use_cached_metrics=use_cached,
     )
 
@@ -216,18 +217,18 @@ def _parse_direction(f: Fields, default: HpaDirection) -> HpaDirection:
     policies: list[HpaPolicy] = []
     for item, path in f.items("policies", min_items=1 if f.has("policies") else 0):
         p = Fields(item, path, f.errors)
-        kind = p.choice("type", ("Pods", "Percent"), "Pods")
+        kind: Literal["Pods", "Percent"] = p.choice("type", ("Pods", "Percent"), "Pods")
         if not p.has("type"):
             p.missing("type")
         value = p.integer("value", minimum=1)
         period = p.integer("periodSeconds", minimum=1, maximum=1800)
         p.finish()
-        policies.append(HpaPolicy(kind, value, period))  # type: ignore[arg-type]
+        policies.append(HpaPolicy(kind, value, period))
     direction = HpaDirection(
         stabilization_window=f.integer("stabilizationWindowSeconds", default.stabilization_window, minimum=0,
                                        maximum=3600),
         policies=tuple(policies) if f.has("policies") else default.policies,
-        select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), "Max"),  # type: ignore[arg-type]
+        select_policy=f.choice("selectPolicy", ("Max", "Min", "Disabled"), "Max"),
         tolerance=_tolerance(f),
     )
     f.finish()
