@@ -138,7 +138,7 @@ def openapi(field: Field, *, schema_default: bool = True, description: str | Non
     if isinstance(field, SecretRef):
         described = described or SECRET_REF_DESCRIPTION
     if described:
-        out["description"] = described
+        out["description"] = _Prose(described)
 
     if isinstance(field, Text):
         if default is not None:
@@ -233,13 +233,34 @@ class _Dumper(yaml.SafeDumper):
         del indentless  # list items indented under their key, as the rest of manifests/ has them
         super().increase_indent(flow, False)
 
+    def process_scalar(self) -> None:
+        # Only descriptions fold; a CEL rule, its message or a pattern stays on one line, as one reads it.
+        if getattr(self.event, "style", None) == ">":
+            super().process_scalar()
+            return
+        width, self.best_width = self.best_width, 100_000
+        try:
+            super().process_scalar()
+        finally:
+            self.best_width = width
+
 
 def _represent_list(dumper: yaml.SafeDumper, items: list[Any]) -> yaml.Node:
     short = all(not isinstance(i, dict | list) or (isinstance(i, dict) and len(i) == 1) for i in items)
     return dumper.represent_sequence("tag:yaml.org,2002:seq", items, flow_style=short)
 
 
+class _Prose(str):
+    """A description: folded (`>-`) when long, rather than running on as one quoted line."""
+
+
+def _represent_prose(dumper: yaml.SafeDumper, text: str) -> yaml.Node:
+    style = ">" if len(text) > 60 else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
 _Dumper.add_representer(list, _represent_list)
+_Dumper.add_representer(_Prose, _represent_prose)
 
 
 def crd_text(current: str) -> str:
@@ -248,7 +269,7 @@ def crd_text(current: str) -> str:
     if begin < 0 or end < begin:
         raise DeclarationError(f"the CRD has no generated part: mark it with '{CRD_BEGIN}' and '{CRD_END}'")
     indent = current[current.rfind("\n", 0, begin) + 1:begin]
-    body = yaml.dump({"spec": spec_schema()}, Dumper=_Dumper, sort_keys=False, width=120, allow_unicode=True)
+    body = yaml.dump({"spec": spec_schema()}, Dumper=_Dumper, sort_keys=False, width=100, allow_unicode=True)
     block = "".join(f"{indent}{line}\n" if line else "\n" for line in body.splitlines())
     return current[:begin] + CRD_BEGIN + "\n" + block + indent + current[end:]
 
