@@ -1,4 +1,8 @@
-"""Field validation for rule documents: durations, typed getters that collect every error with its field path."""
+"""Field validation for rule documents: durations, typed getters that collect every error with its field path.
+
+A getter takes a field's declaration (`controller.model.schema`), whose default and bounds are the CRD's too; the
+documents that have no CRD (simulator scenarios, KEDA objects) name a field and give its bounds in the call.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,23 @@ import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import overload
+
+from controller.model.schema import (
+    SECRET_KEY,
+    SECRET_NAME,
+    Boolean,
+    C,
+    Choice,
+    Duration,
+    Field,
+    Integer,
+    ListOf,
+    Number,
+    Object,
+    SecretRef,
+    Text,
+)
 
 
 @dataclass(frozen=True)
@@ -99,19 +120,20 @@ class Fields:
     def error(self, name: str, message: str) -> None:
         self.errors.append(FieldError(self.at(name) if name else self.path, message))
 
-    def has(self, name: str) -> bool:
-        return self.raw.get(name) is not None
+    def has(self, field: Field | str) -> bool:
+        """Whether `field` is given (and not null)."""
+        return self.raw.get(field if isinstance(field, str) else field.name) is not None
 
     def _get(self, name: str) -> object:
         self.read.add(name)
         return self.raw.get(name)
 
-    def missing(self, name: str) -> None:
-        self.error(name, "is required")
+    def missing(self, field: Field | str) -> None:
+        self.error(field if isinstance(field, str) else field.name, "is required")
 
     def string(
         self,
-        name: str,
+        field: Text | str,
         default: str | None = None,
         *,
         required: bool = False,
@@ -119,50 +141,90 @@ class Fields:
         pattern_help: str = "",
         max_length: int | None = None,
     ) -> str:
+        """The string `field` (its default, or "" when absent); a declared field brings its own bounds."""
+        if isinstance(field, str):
+            field = Text(field, default=default, required=required, pattern=pattern, pattern_help=pattern_help,
+                         max_length=max_length)
+        name = field.name
         value = self._get(name)
         if value is None:
-            if required:
+            if field.required:
                 self.missing(name)
-            return default if default is not None else ""
+            return field.default if field.default is not None else ""
         if not isinstance(value, str):
             self.error(name, f"must be a string, got {_show(value)}")
-            return default or ""
-        if required and not value:
+            return field.default or ""
+        if not value and (field.required or field.min_length):
             self.error(name, "must not be empty")
-        elif max_length is not None and len(value) > max_length:
-            self.error(name, f"must be at most {max_length} characters, got {len(value)}")
-        elif pattern is not None and value and not re.fullmatch(pattern, value):
-            self.error(name, f"{pattern_help or 'is not valid'}, got {_show(value)}")
+        elif field.max_length is not None and len(value) > field.max_length:
+            self.error(name, f"must be at most {field.max_length} characters, got {len(value)}")
+        elif field.min_length is not None and len(value) < field.min_length:
+            self.error(name, f"{field.pattern_help or f'must be at least {field.min_length} characters'}, got "
+                       f"{_show(value)}")
+        elif field.pattern is not None and value and not re.fullmatch(field.pattern, value):
+            self.error(name, f"{field.pattern_help or 'is not valid'}, got {_show(value)}")
         return value
 
-    def optional_string(self, name: str, **kwargs: object) -> str | None:
-        if self.raw.get(name) is None:
-            self.read.add(name)
+    def optional_string(self, field: Text | str, *, pattern: str | None = None, pattern_help: str = "",
+                        max_length: int | None = None) -> str | None:
+        """The string `field`, or None when absent."""
+        if isinstance(field, str):
+            field = Text(field, pattern=pattern, pattern_help=pattern_help, max_length=max_length)
+        if self.raw.get(field.name) is None:
+            self.read.add(field.name)
             return None
-        return self.string(name, **kwargs)  # type: ignore[arg-type]
+        return self.string(field)
 
-    def choice(self, name: str, choices: Sequence[str], default: str) -> str:
-        value = self._get(name)
-        if value is None:
-            return default
-        if value not in choices:
-            self.error(name, f"must be one of {', '.join(choices)}, got {_show(value)}")
-            return default
-        assert isinstance(value, str)
-        return value
+    @overload
+    def choice(self, field: Choice[C]) -> C: ...
 
-    def boolean(self, name: str, default: bool) -> bool:
-        value = self._get(name)
+    @overload
+    def choice(self, field: str, choices: Sequence[C], default: C) -> C: ...
+
+    def choice(self, field: Choice[C] | str, choices: Sequence[C] = (), default: C | None = None) -> C:
+        """One of the declared choices (typed as their `Literal`); the default when absent or wrong."""
+        if isinstance(field, str):
+            assert default is not None
+            field = Choice(field, choices=tuple(choices), default=default)
+        fallback = field.default if field.default is not None else field.choices[0]
+        value = self.optional_choice(field)
+        return fallback if value is None else value
+
+    def optional_choice(self, field: Choice[C]) -> C | None:
+        """One of the declared choices, or None when absent or wrong (the error is recorded)."""
+        value = self._get(field.name)
         if value is None:
-            return default
+            return None
+        for choice in field.choices:
+            if value == choice:
+                return choice
+        if len(field.choices) == 1:
+            self.error(field.name, f'must be "{field.choices[0]}", got {_show(value)}')
+        else:
+            self.error(field.name, f"must be one of {', '.join(field.choices)}, got {_show(value)}")
+        return None
+
+    def boolean(self, field: Boolean | str, default: bool = False) -> bool:
+        """The boolean `field`; its default when absent or wrong."""
+        if isinstance(field, str):
+            field = Boolean(field, default=default)
+        fallback = bool(field.default)
+        value = self._get(field.name)
+        if value is None:
+            return fallback
         if not isinstance(value, bool):
-            self.error(name, f"must be true or false, got {_show(value)}")
-            return default
+            self.error(field.name, f"must be true or false, got {_show(value)}")
+            return fallback
         return value
 
     def integer(
-        self, name: str, default: int | None = None, *, minimum: int | None = None, maximum: int | None = None
+        self, field: Integer | str, default: int | None = None, *, minimum: int | None = None,
+        maximum: int | None = None
     ) -> int:
+        """The integer `field`, required when it has no default; a declared field brings its own bounds."""
+        if isinstance(field, str):
+            field = Integer(field, default=default, minimum=minimum, maximum=maximum)
+        name, default, minimum, maximum = field.name, field.default, field.minimum, field.maximum
         value = self._get(name)
         if value is None:
             if default is None:
@@ -181,23 +243,33 @@ class Fields:
             self.error(name, f"must be <= {maximum}, got {value}")
         return value
 
-    def optional_integer(self, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
-        if self.raw.get(name) is None:
-            self.read.add(name)
+    def optional_integer(self, field: Integer | str, *, minimum: int | None = None, maximum: int | None = None
+                         ) -> int | None:
+        """The integer `field`, or None when absent."""
+        if isinstance(field, str):
+            field = Integer(field, minimum=minimum, maximum=maximum)
+        if self.raw.get(field.name) is None:
+            self.read.add(field.name)
             return None
-        return self.integer(name, minimum=minimum, maximum=maximum)
+        return self.integer(field)
 
     def number(
         self,
-        name: str,
+        field: Number | str,
         default: float | None = None,
         *,
         minimum: float | None = None,
         exclusive_minimum: float | None = None,
         maximum: float | None = None,
     ) -> float:
+        """The number `field`, required when it has no default; a declared field brings its own bounds."""
+        if isinstance(field, str):
+            exclusive = exclusive_minimum is not None
+            field = Number(field, default=default, minimum=exclusive_minimum if exclusive else minimum,
+                           exclusive_minimum=exclusive, maximum=maximum)
+        name, default, minimum, maximum = field.name, field.default, field.minimum, field.maximum
         value = self._get(name)
-        fallback = default if default is not None else (minimum or exclusive_minimum or 0.0)
+        fallback = default if default is not None else (minimum or 0.0)
         if value is None:
             if default is None:
                 self.missing(name)
@@ -206,23 +278,30 @@ class Fields:
             self.error(name, f"must be a number, got {_show(value)}")
             return fallback
         number = float(value)
-        if minimum is not None and number < minimum:
+        if minimum is not None and field.exclusive_minimum and number <= minimum:
+            self.error(name, f"must be > {_num(minimum)}, got {_num(number)}")
+        elif minimum is not None and number < minimum:
             self.error(name, f"must be >= {_num(minimum)}, got {_num(number)}")
-        elif exclusive_minimum is not None and number <= exclusive_minimum:
-            self.error(name, f"must be > {_num(exclusive_minimum)}, got {_num(number)}")
         elif maximum is not None and number > maximum:
             self.error(name, f"must be <= {_num(maximum)}, got {_num(number)}")
         return number
 
-    def optional_number(
-        self, name: str, *, minimum: float | None = None, exclusive_minimum: float | None = None
-    ) -> float | None:
-        if self.raw.get(name) is None:
-            self.read.add(name)
+    def optional_number(self, field: Number | str, *, minimum: float | None = None,
+                        exclusive_minimum: float | None = None) -> float | None:
+        """The number `field`, or None when absent."""
+        if isinstance(field, str):
+            exclusive = exclusive_minimum is not None
+            field = Number(field, minimum=exclusive_minimum if exclusive else minimum, exclusive_minimum=exclusive)
+        if self.raw.get(field.name) is None:
+            self.read.add(field.name)
             return None
-        return self.number(name, minimum=minimum, exclusive_minimum=exclusive_minimum)
+        return self.number(field)
 
-    def duration(self, name: str, default: float | None = None, *, minimum: float = 0.0) -> float:
+    def duration(self, field: Duration | str, default: float | None = None, *, minimum: float = 0.0) -> float:
+        """The duration `field` in seconds, required when it has no default; a declared field brings its bounds."""
+        if isinstance(field, str):
+            field = Duration(field, default=default, minimum=minimum)
+        name, default, minimum = field.name, field.default, field.minimum
         value = self._get(name)
         if value is None:
             if default is None:
@@ -234,33 +313,45 @@ class Fields:
             bound = ">= 0" if minimum == 0 else f">= {format_duration(minimum)}"
             self.error(name, f'must be a duration {bound}, got {_show(value)} (write 30, "30s", "5m" or "1h30m")')
             return default if default is not None else minimum
+        if field.maximum is not None and seconds > field.maximum:
+            self.error(name, f"must be at most {format_duration(field.maximum)}, got {format_duration(seconds)}")
         return seconds
 
-    def optional_duration(self, name: str, *, minimum: float = 0.0) -> float | None:
-        if self.raw.get(name) is None:
-            self.read.add(name)
+    def optional_duration(self, field: Duration | str, *, minimum: float = 0.0) -> float | None:
+        """The duration `field`, or None when absent."""
+        if isinstance(field, str):
+            field = Duration(field, minimum=minimum)
+        if self.raw.get(field.name) is None:
+            self.read.add(field.name)
             return None
-        return self.duration(name, minimum=minimum)
+        return self.duration(field)
 
-    def secret_ref(self, name: str) -> SecretKeyRef | None:
+    def secret_ref(self, field: SecretRef | str) -> SecretKeyRef | None:
         """`{name, key}` of a Secret in the rule's namespace, or None when the field is absent."""
+        name = field if isinstance(field, str) else field.name
         if self.raw.get(name) is None:
             self.read.add(name)
+            if not isinstance(field, str) and field.required:
+                self.missing(name)
             return None
         ref = self.child(name)
-        secret = ref.string("name", required=True, pattern=_DNS_SUBDOMAIN,
-                            pattern_help="must be a Secret name (DNS subdomain)", max_length=253)
-        key = ref.string("key", required=True, pattern=r"[-._a-zA-Z0-9]+",
-                         pattern_help="must be a Secret key (letters, digits, '-', '_', '.')", max_length=253)
+        secret = ref.string(SECRET_NAME)
+        key = ref.string(SECRET_KEY)
         ref.finish()
         return SecretKeyRef(secret, key)
 
-    def child(self, name: str) -> Fields:
-        """The nested object `name` (empty when absent, so its defaults apply)."""
+    def child(self, field: Object | str) -> Fields:
+        """The nested object `field` (empty when absent, so its defaults apply)."""
+        name = field if isinstance(field, str) else field.name
         return Fields(self._get(name), self.at(name), self.errors)
 
-    def items(self, name: str, *, min_items: int = 0, max_items: int | None = None) -> Iterator[tuple[object, str]]:
-        """Each element of the list `name` with its path, e.g. `spec.sources[0]`."""
+    def items(self, field: ListOf | str, *, min_items: int = 0, max_items: int | None = None
+              ) -> Iterator[tuple[object, str]]:
+        """Each element of the list `field` with its path, e.g. `spec.sources[0]`; a declared list brings its
+        bounds."""
+        if isinstance(field, str):
+            field = ListOf(field, items=Field(""), min_items=min_items, max_items=max_items)
+        name, min_items, max_items = field.name, field.min_items, field.max_items
         value = self._get(name)
         if value is None:
             value = []
@@ -292,8 +383,3 @@ class SecretKeyRef:
     name: str
     key: str
 
-
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-
-
-_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"

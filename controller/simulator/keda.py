@@ -140,11 +140,11 @@ def _azure_queue_trigger(trigger: Trigger, errors: list[FieldError]) -> AzureQue
         m.error("queueLength", f"must be > 0 (the HPA's metric target must be positive), got {queue_length}")
         queue_length = 5
     activation = _metadata_int64(m, "activationQueueLength", 0)
-    strategy = _metadata_string(m, "queueLengthStrategy") or "all"
-    if strategy not in ("all", "visibleonly"):
+    strategy_text = _metadata_string(m, "queueLengthStrategy") or "all"
+    if strategy_text not in ("all", "visibleonly"):
         # KEDA's enum check compares the exact string: "VisibleOnly" is refused.
-        m.error("queueLengthStrategy", f'must be "all" or "visibleonly" (lower case), got "{strategy}"')
-        strategy = "all"
+        m.error("queueLengthStrategy", f'must be "all" or "visibleonly" (lower case), got "{strategy_text}"')
+    strategy: Literal["all", "visibleonly"] = "visibleonly" if strategy_text == "visibleonly" else "all"
     for name in m.raw:
         if name not in _TRIGGER_METADATA and name not in m.read:
             m.error(str(name), "unknown field of the azure-queue trigger (KEDA would ignore it: a typo?)")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import functools
 import itertools
 import math
 import re
@@ -16,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 import yaml
@@ -35,11 +36,14 @@ _DAYS = re.compile(r"(\d+(?:\.\d+)?)d(.*)")
 # The model
 
 
+Distribution = Literal["constant", "exponential", "uniform", "lognormal"]
+
+
 @dataclass(frozen=True)
 class ServiceTime:
     """How long one message takes to process, in seconds."""
 
-    distribution: Literal["constant", "exponential", "uniform", "lognormal"]
+    distribution: Distribution
     mean: float
     stddev: float = 0.0
     minimum: float = 0.0
@@ -112,7 +116,8 @@ class Arrival:
     repeat: bool = False
 
 
-OUTAGE_FAILURES = ("error", "timeout")
+OutageFailure = Literal["error", "timeout"]
+OUTAGE_FAILURES: tuple[OutageFailure, ...] = get_args(OutageFailure)
 
 
 @dataclass(frozen=True)
@@ -121,7 +126,7 @@ class Outage:
 
     start: float
     end: float
-    failure: Literal["error", "timeout"] = "error"
+    failure: OutageFailure = "error"
     code: str = "ServerBusy"  # what Azure Storage answers (HTTP 503) when it cannot serve the request
 
     def covers(self, t: float) -> bool:
@@ -257,7 +262,7 @@ def _parse_service_time(f: Fields, name: str) -> ServiceTime:
             seconds = 1.0
         return ServiceTime("constant", seconds)
     s = f.child(name)
-    kind = s.choice("distribution", ("constant", "exponential", "uniform", "lognormal"), "constant")
+    kind = s.choice("distribution", get_args(Distribution), "constant")
     if kind == "uniform":
         low = s.duration("min")
         high = s.duration("max")
@@ -274,7 +279,7 @@ def _parse_service_time(f: Fields, name: str) -> ServiceTime:
             s.error("stddev", "must be > 0 for a lognormal distribution")
             stddev = mean / 2
     s.finish()
-    return ServiceTime(kind, mean, stddev=stddev)  # type: ignore[arg-type]
+    return ServiceTime(kind, mean, stddev=stddev)
 
 
 def _parse_workers(f: Fields) -> Workers:
@@ -283,7 +288,7 @@ def _parse_workers(f: Fields) -> Workers:
         startup_delay=_seconds(f, "startupDelay", 30.0),
         service_time=_parse_service_time(f, "serviceTime"),
         concurrency=f.integer("concurrency", 1, minimum=1, maximum=10_000),
-        scale_in=f.choice("scaleIn", ("kill", "drain"), "kill"),  # type: ignore[arg-type]
+        scale_in=f.choice("scaleIn", ("kill", "drain"), "kill"),
         termination_grace_period=_seconds(f, "terminationGracePeriod", 30.0),
         max_replicas=max_replicas,
         initial_replicas=f.integer("initialReplicas", 0, minimum=0, maximum=max_replicas),
@@ -325,7 +330,7 @@ def _parse_outage(item: object, path: str, errors: list[FieldError], scenario_en
     if start >= scenario_end:
         errors.append(FieldError(f"{path}.start", f"must be before the end of the scenario "
                                                   f"({duration(scenario_end)}), got {duration(start)}"))
-    return Outage(start=start, end=end, failure=failure, code=code)  # type: ignore[arg-type]
+    return Outage(start=start, end=end, failure=failure, code=code)
 
 
 def _parse_outages(f: Fields, scenario_end: float) -> tuple[Outage, ...]:
@@ -424,14 +429,14 @@ def _parse_arrival(item: object, path: str, errors: list[FieldError], base: Path
     if end_s is not None and end_s <= start:
         f.error("end", f"must be after start ({duration(start)}), got {duration(end_s)}")
     delay = _seconds(f, "delay", 0.0)
-    common = {"type": kind, "path": path, "start": start, "end": end_s, "delay": delay}
+    component = functools.partial(Arrival, type=kind, path=path, start=start, end=end_s, delay=delay)
     arrival: Arrival | None = None
     if kind in ("constant", "poisson"):
-        arrival = Arrival(rate=f.number("rate", minimum=0.0), poisson=kind == "poisson" or f.boolean("poisson", False),
-                          **common)  # type: ignore[arg-type]
+        arrival = component(rate=f.number("rate", minimum=0.0),
+                            poisson=kind == "poisson" or f.boolean("poisson", False))
     elif kind == "ramp":
-        arrival = Arrival(rate=f.number("from", minimum=0.0), rate_to=f.number("to", minimum=0.0),
-                          poisson=f.boolean("poisson", False), **common)  # type: ignore[arg-type]
+        arrival = component(rate=f.number("from", minimum=0.0), rate_to=f.number("to", minimum=0.0),
+                            poisson=f.boolean("poisson", False))
         if end_s is None:
             f.missing("end")
     elif kind == "diurnal":
@@ -439,19 +444,17 @@ def _parse_arrival(item: object, path: str, errors: list[FieldError], base: Path
         amplitude = f.number("amplitude", minimum=0.0)
         if amplitude > mean:
             f.error("amplitude", f"must be <= mean ({mean:g}) so the rate never goes below zero, got {amplitude:g}")
-        arrival = Arrival(rate=mean, amplitude=amplitude, period=_seconds(f, "period", 86400.0, minimum=60.0),
-                          peak=_seconds(f, "peak", 14 * 3600.0), poisson=f.boolean("poisson", True),
-                          **common)  # type: ignore[arg-type]
+        arrival = component(rate=mean, amplitude=amplitude, period=_seconds(f, "period", 86400.0, minimum=60.0),
+                            peak=_seconds(f, "peak", 14 * 3600.0), poisson=f.boolean("poisson", True))
     elif kind == "burst":
-        arrival = Arrival(at=_times(f, "at"), messages=f.integer("messages", minimum=1),
-                          over=_seconds(f, "over", 1.0, minimum=1.0), **common)  # type: ignore[arg-type]
+        arrival = component(at=_times(f, "at"), messages=f.integer("messages", minimum=1),
+                            over=_seconds(f, "over", 1.0, minimum=1.0))
     elif kind == "batch":
-        arrival = Arrival(at=(_seconds(f, "at", 0.0),), period=_seconds(f, "every", 86400.0, minimum=1.0),
-                          messages=f.integer("messages", minimum=1), over=_seconds(f, "over", 1.0, minimum=1.0),
-                          **common)  # type: ignore[arg-type]
+        arrival = component(at=(_seconds(f, "at", 0.0),), period=_seconds(f, "every", 86400.0, minimum=1.0),
+                            messages=f.integer("messages", minimum=1), over=_seconds(f, "over", 1.0, minimum=1.0))
     elif kind == "trace":
-        arrival = Arrival(trace=_read_trace(f, base), scale=f.number("scale", 1.0, exclusive_minimum=0.0),
-                          repeat=f.boolean("repeat", False), **common)  # type: ignore[arg-type]
+        arrival = component(trace=_read_trace(f, base), scale=f.number("scale", 1.0, exclusive_minimum=0.0),
+                            repeat=f.boolean("repeat", False))
     f.finish()
     return arrival
 

@@ -14,6 +14,8 @@ import yaml
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
+from controller.model.fields import format_duration
+from controller.model.generate import reference_text
 from controller.model.readings import Reason
 from controller.report.metrics import GcPauses, Metrics, RuleStates
 
@@ -59,10 +61,11 @@ def test_the_crd_has_fields_to_check() -> None:
     assert "spec.sources[].queueName" in [path for path, _, _ in FIELDS]
 
 
-def test_reference_has_a_row_for_every_crd_field_and_no_other() -> None:
-    crd_paths = {path for path, _, _ in FIELDS}
-    assert sorted(crd_paths - set(REFERENCE)) == [], "fields of the CRD missing from docs/reference.md"
-    assert sorted(set(REFERENCE) - crd_paths) == [], "docs/reference.md names fields the CRD does not have"
+def test_the_reference_tables_are_the_generated_ones() -> None:
+    # The tables and the CRD are written from one declaration of each field (controller/model), so a row for each
+    # field and no other is how they are made; what is left to check is that the file is current.
+    text = (DOCS / "reference.md").read_text()
+    assert reference_text(text) == text, "docs/reference.md is not current: run python tools/generate_schema.py"
 
 
 def _shown(value: object) -> str:
@@ -76,7 +79,10 @@ def _shown(value: object) -> str:
 @pytest.mark.parametrize(("path", "schema", "required"), FIELDS, ids=[path for path, _, _ in FIELDS])
 def test_reference_row_agrees_with_the_crd(path: str, schema: dict[str, Any], required: bool) -> None:
     kind, default, bounds, meaning = REFERENCE[path]
-    assert default == (_shown(schema["default"]) if "default" in schema else ""), f"{path}: default"
+    if "default" in schema:
+        assert default == _shown(schema["default"]), f"{path}: default"
+    else:  # no default, or one a queue kind applies itself (never written in the CRD: it would reach every kind)
+        assert default == "" or path.startswith("spec.sources[]."), f"{path}: default"
     assert ("required" in bounds) >= required, f"{path} is required by the CRD"
     enum = schema.get("enum") or (schema.get("items") or {}).get("enum") or []
     for value in enum:
@@ -86,7 +92,8 @@ def test_reference_row_agrees_with_the_crd(path: str, schema: dict[str, Any], re
         assert re.search(rf"{'>' if exclusive else '≥'} {schema['minimum']:g}\b", bounds) or (
             f"{schema['minimum']:g} to" in bounds), f"{path}: minimum {schema['minimum']}"
     if "maximum" in schema:
-        assert f"to {schema['maximum']:g}" in bounds or f"≤ {schema['maximum']:g}" in bounds, f"{path}: maximum"
+        maximum = format_duration(schema["maximum"]) if kind == "duration" else f"{schema['maximum']:g}"
+        assert f"to {maximum}" in bounds or f"≤ {maximum}" in bounds, f"{path}: maximum"
     if "maxItems" in schema:
         assert f"{schema['maxItems']} items" in bounds, f"{path}: maxItems"
     expected_kind = {"integer": "integer", "number": "number", "string": "string", "boolean": "boolean",

@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from controller.model.fields import Fields, SecretKeyRef
-from controller.model.sources.base import SourceSpec
+from controller.model.schema import Choice, KindFields, Rule, SecretRef, Text
+from controller.model.sources.base import SourceKind, SourceSpec
 
 TYPE = "azure-queue"
 
 
-CLOUD_SUFFIXES = {
+Cloud = Literal["public", "china", "usgov"]
+CountStrategy = Literal["approximate", "visible"]
+
+
+CLOUD_SUFFIXES: dict[Cloud, str] = {
     "public": "core.windows.net",
     "china": "core.chinacloudapi.cn",
     "usgov": "core.usgovcloudapi.net",
 }
-
-
-# 3-63 characters: lowercase letters, digits and single dashes, starting and ending with a letter or digit.
-QUEUE_NAME = re.compile(r"(?=.{3,63}$)[a-z0-9](?:[a-z0-9]|-(?=[a-z0-9]))*")
-
-
-ACCOUNT_NAME = re.compile(r"[a-z0-9]{3,24}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,38 +33,76 @@ class AzureQueueSource(SourceSpec):
     account_key_secret_ref: SecretKeyRef | None = None
     sas_secret_ref: SecretKeyRef | None = None
     identity: Literal["workload"] | None = None
-    cloud: Literal["public", "china", "usgov"] = "public"
+    cloud: Cloud = "public"
     endpoint: str | None = None
-    count_strategy: Literal["approximate", "visible"] = "approximate"
+    count_strategy: CountStrategy = "approximate"
 
     @property
     def queue_label(self) -> str:
         return self.queue_name
 
 
+QUEUE_NAME = Text("queueName", required=True, min_length=3, max_length=63, pattern=r"[a-z0-9]([a-z0-9]|-[a-z0-9])*",
+                  pattern_help="must be 3-63 lowercase letters, digits and single dashes",
+                  note="lowercase letters, digits and single dashes", doc="the Azure Storage queue")
+CONNECTION = SecretRef("connectionSecretRef", note="one of four ways to authenticate",
+                       doc="a Secret key holding a storage connection string")
+ACCOUNT_NAME = Text("accountName", pattern=r"[a-z0-9]{3,24}", pattern_help="must be 3-24 lowercase letters and digits",
+                    note="3 to 24 lowercase letters and digits; required with the three below",
+                    doc="the storage account")
+ACCOUNT_KEY = SecretRef("accountKeySecretRef", note="one of four",
+                        doc="a Secret key holding the account key (Base64, as the portal shows it)")
+SAS = SecretRef("sasSecretRef", note="one of four", doc="a Secret key holding an account or service SAS token")
+IDENTITY: Choice[Literal["workload"]] = Choice("identity", choices=("workload",), note="one of four",
+                                               doc="Microsoft Entra workload identity: no Secret at all")
+# No default in the CRD (no kind's field has one): the parser tells "unset" from "public", as cloud may not be
+# combined with connectionSecretRef or endpoint.
+CLOUD: Choice[Cloud] = Choice(
+    "cloud", choices=get_args(Cloud), default=AzureQueueSource.cloud,
+    description="public (the default when neither cloud nor endpoint is set), china or usgov.",
+    doc="the Azure cloud. Not with `connectionSecretRef` or `endpoint`")
+ENDPOINT = Text("endpoint", max_length=2048, pattern=r"https?://[^\s/?#]+(/[^\s?#]*)?",
+                pattern_help="must be an http(s) URL with no query",
+                note="an `http(s)://host[/path]` URL without query",
+                doc="the queue service URL (a private endpoint, Azurite); not with `connectionSecretRef` or `cloud`")
+COUNT_STRATEGY: Choice[CountStrategy] = Choice(
+    "countStrategy", choices=get_args(CountStrategy), default=AzureQueueSource.count_strategy,
+    description="approximate (the default) or visible.",
+    doc="`approximate`: Azure's count, in-flight messages included; `visible`: exact below 32 visible messages")
+
+DECLARED = KindFields(TYPE, fields=(
+    QUEUE_NAME, CONNECTION, ACCOUNT_NAME, ACCOUNT_KEY, SAS, IDENTITY, CLOUD, ENDPOINT, COUNT_STRATEGY,
+), rules=(
+    Rule("self.type != 'azure-queue' || has(self.queueName)", "queueName is required", ".queueName"),
+    Rule("self.type != 'azure-queue' || [has(self.connectionSecretRef), has(self.accountKeySecretRef), "
+         "has(self.sasSecretRef), has(self.identity)].filter(x, x).size() == 1",
+         "set exactly one of connectionSecretRef, accountKeySecretRef, sasSecretRef or identity"),
+    Rule("!has(self.connectionSecretRef) || !(has(self.accountName) || has(self.cloud) || has(self.endpoint))",
+         "accountName, cloud and endpoint come from the connection string when connectionSecretRef is set"),
+    Rule("has(self.connectionSecretRef) || has(self.accountName) || !(has(self.accountKeySecretRef) || "
+         "has(self.sasSecretRef) || has(self.identity))",
+         "accountName is required unless connectionSecretRef is set", ".accountName"),
+    Rule("!(has(self.cloud) && has(self.endpoint))",
+         "endpoint cannot be combined with cloud: the endpoint already names the cloud", ".endpoint"),
+))
+
+
 def parse(f: Fields, weight: float) -> AzureQueueSource:
-    queue_name = f.string("queueName", required=True)
-    if queue_name and not QUEUE_NAME.fullmatch(queue_name):
-        f.error("queueName", f'must be 3-63 lowercase letters, digits and single dashes, got "{queue_name}"')
-    connection = f.secret_ref("connectionSecretRef")
-    account = f.optional_string("accountName")
-    if account is not None and not ACCOUNT_NAME.fullmatch(account):
-        f.error("accountName", f'must be 3-24 lowercase letters and digits, got "{account}"')
-    account_key = f.secret_ref("accountKeySecretRef")
-    sas = f.secret_ref("sasSecretRef")
-    identity = f.optional_string("identity")
-    if identity is not None and identity != "workload":
-        f.error("identity", f'must be "workload", got "{identity}"')
-    cloud = f.choice("cloud", tuple(CLOUD_SUFFIXES), "public")
-    endpoint = f.optional_string("endpoint", pattern=r"https?://[^\s/?#]+(/[^\s?#]*)?",
-                                 pattern_help="must be an http(s) URL with no query")
-    strategy = f.choice("countStrategy", ("approximate", "visible"), "approximate")
+    queue_name = f.string(QUEUE_NAME)
+    connection = f.secret_ref(CONNECTION)
+    account = f.optional_string(ACCOUNT_NAME)
+    account_key = f.secret_ref(ACCOUNT_KEY)
+    sas = f.secret_ref(SAS)
+    identity = f.optional_choice(IDENTITY)
+    cloud = f.choice(CLOUD)
+    endpoint = f.optional_string(ENDPOINT)
+    strategy = f.choice(COUNT_STRATEGY)
 
     ways = [name for name, given in (
         ("connectionSecretRef", connection is not None),
         ("accountKeySecretRef", account_key is not None),
         ("sasSecretRef", sas is not None),
-        ("identity", identity is not None),
+        ("identity", f.has(IDENTITY)),
     ) if given]
     if not ways:
         f.error("", "must set one of connectionSecretRef, accountKeySecretRef, sasSecretRef or identity")
@@ -79,7 +114,7 @@ def parse(f: Fields, weight: float) -> AzureQueueSource:
                 f.error(name, "comes from the connection string when connectionSecretRef is set")
     elif ways and account is None:
         f.error("accountName", f"is required with {ways[0]}")
-    if f.has("cloud") and f.has("endpoint"):
+    if f.has(CLOUD) and f.has(ENDPOINT):
         f.error("endpoint", "cannot be combined with cloud: the endpoint already names the cloud")
 
     return AzureQueueSource(
@@ -90,8 +125,11 @@ def parse(f: Fields, weight: float) -> AzureQueueSource:
         account_name=account,
         account_key_secret_ref=account_key,
         sas_secret_ref=sas,
-        identity="workload" if identity == "workload" else None,
-        cloud=cloud,  # type: ignore[arg-type]
+        identity=identity,
+        cloud=cloud,
         endpoint=endpoint.rstrip("/") if endpoint else None,
-        count_strategy=strategy,  # type: ignore[arg-type]
+        count_strategy=strategy,
     )
+
+
+KIND = SourceKind(DECLARED, parse)

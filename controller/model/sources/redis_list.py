@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 from controller.model.fields import Fields, SecretKeyRef
-from controller.model.sources.base import SourceSpec
+from controller.model.schema import Boolean, Choice, Integer, KindFields, Rule, SecretRef, Text
+from controller.model.sources.base import PASSWORD, SERVER_HOST, SERVER_PORT, USERNAME, SourceKind, SourceSpec
 
 TYPE = "redis-list"
 
 
-_HOST = r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]"
+StreamCount = Literal["pending", "pendingAndLag"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,7 +22,7 @@ class RedisListSource(SourceSpec):
     list_name: str | None = None
     stream_name: str | None = None
     consumer_group: str | None = None
-    stream_count: Literal["pending", "pendingAndLag"] = "pending"
+    stream_count: StreamCount = "pending"
     host: str | None = None
     port: int = 6379
     db: int = 0
@@ -37,14 +38,37 @@ class RedisListSource(SourceSpec):
         return self.list_name or ""
 
 
+LIST_NAME = Text("listName", min_length=1, max_length=1024, note="one of `listName`, `streamName`",
+                 doc="the list whose `LLEN` is the count")
+STREAM_NAME = Text("streamName", min_length=1, max_length=1024,
+                   doc="a stream; counts `consumerGroup`'s pending entries")
+CONSUMER_GROUP = Text("consumerGroup", min_length=1, max_length=1024, note="required with `streamName`",
+                      doc="the stream's consumer group")
+STREAM_COUNT: Choice[StreamCount] = Choice(
+    "streamCount", choices=get_args(StreamCount), default=RedisListSource.stream_count,
+    description="pending (the default) or pendingAndLag.",
+    doc="`pending`: delivered, unacknowledged entries; `pendingAndLag`: plus entries not yet delivered")
+PORT = replace(SERVER_PORT, default=RedisListSource.port)
+DB = Integer("db", default=RedisListSource.db, minimum=0, maximum=15, doc="the Redis database")
+URL = SecretRef("urlSecretRef", note="instead of `host`",
+                doc="a Secret key holding `redis://[user:password@]host[:port][/db]` (`rediss://` for TLS)")
+TLS = Boolean("tls", default=RedisListSource.tls, doc="connect to Redis with TLS")
+
+DECLARED = KindFields(TYPE, fields=(
+    LIST_NAME, STREAM_NAME, CONSUMER_GROUP, STREAM_COUNT, SERVER_HOST, PORT, DB, USERNAME, PASSWORD, URL, TLS,
+), rules=(
+    Rule("self.type != 'redis-list' || has(self.listName) != has(self.streamName)",
+         "set exactly one of listName or streamName"),
+    Rule("self.type != 'redis-list' || has(self.host) != has(self.urlSecretRef)",
+         "set exactly one of host or urlSecretRef"),
+))
+
+
 def parse(f: Fields, weight: float) -> RedisListSource:
-    list_name = f.optional_string("listName", max_length=1024)
-    stream_name = f.optional_string("streamName", max_length=1024)
-    group = f.optional_string("consumerGroup", max_length=1024)
-    stream_count = f.choice("streamCount", ("pending", "pendingAndLag"), "pending")
-    for name, value in (("listName", list_name), ("streamName", stream_name), ("consumerGroup", group)):
-        if value == "":
-            f.error(name, "must not be empty")
+    list_name = f.optional_string(LIST_NAME)
+    stream_name = f.optional_string(STREAM_NAME)
+    group = f.optional_string(CONSUMER_GROUP)
+    stream_count = f.choice(STREAM_COUNT)
     if list_name is None and stream_name is None:
         f.error("", "must set listName or streamName")
     elif list_name is not None and stream_name is not None:
@@ -53,17 +77,16 @@ def parse(f: Fields, weight: float) -> RedisListSource:
         f.error("consumerGroup", "is required with streamName")
     if stream_name is None and group is not None:
         f.error("consumerGroup", "applies only with streamName")
-    if stream_name is None and f.has("streamCount"):
+    if stream_name is None and f.has(STREAM_COUNT):
         f.error("streamCount", "applies only with streamName")
 
-    host = f.optional_string("host", pattern=_HOST, pattern_help="must be a host name or IP address", max_length=253)
-    port = f.integer("port", 6379, minimum=1, maximum=65535)
-    db = f.integer("db", 0, minimum=0, maximum=15)
-    username = f.optional_string("username", pattern=r"[^\s]+", pattern_help="must have no white space",
-                                 max_length=128)
-    password = f.secret_ref("passwordSecretRef")
-    url = f.secret_ref("urlSecretRef")
-    tls = f.boolean("tls", False)
+    host = f.optional_string(SERVER_HOST)
+    port = f.integer(PORT)
+    db = f.integer(DB)
+    username = f.optional_string(USERNAME)
+    password = f.secret_ref(PASSWORD)
+    url = f.secret_ref(URL)
+    tls = f.boolean(TLS)
     if url is None and host is None:
         f.error("", "must set host or urlSecretRef")
     if url is not None:
@@ -77,7 +100,7 @@ def parse(f: Fields, weight: float) -> RedisListSource:
         list_name=list_name,
         stream_name=stream_name,
         consumer_group=group,
-        stream_count=stream_count,  # type: ignore[arg-type]
+        stream_count=stream_count,
         host=host,
         port=port,
         db=db,
@@ -86,3 +109,6 @@ def parse(f: Fields, weight: float) -> RedisListSource:
         url_secret_ref=url,
         tls=tls,
     )
+
+
+KIND = SourceKind(DECLARED, parse)

@@ -3,28 +3,21 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
-from controller.model.fields import Fields, SecretKeyRef, format_duration
-from controller.model.sources.base import SourceSpec
+from controller.model.fields import Fields, SecretKeyRef
+from controller.model.schema import Choice, Duration, KindFields, Rule, SecretRef, Text
+from controller.model.sources.base import PASSWORD, SERVER_HOST, SERVER_PORT, SourceKind, SourceSpec
 
 TYPE = "sql-table"
 
 
-SSL_MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+SslMode = Literal["disable", "allow", "prefer", "require", "verify-ca", "verify-full"]
+SSL_MODES: tuple[SslMode, ...] = get_args(SslMode)
 
 
 _IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_$]{0,62}"
-
-
-_TABLE = rf"{_IDENTIFIER}(\.{_IDENTIFIER})?"
-
-
-_HOST = r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\]"
-
-
-MAX_STATEMENT_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +37,7 @@ class SqlTableSource(SourceSpec):
     user: str | None = None
     password_secret_ref: SecretKeyRef | None = None
     dsn_secret_ref: SecretKeyRef | None = None
-    ssl_mode: str = "prefer"
+    ssl_mode: SslMode = "prefer"
     statement_timeout: float = 5.0
 
     @property
@@ -121,15 +114,49 @@ def _where_problem(condition: str) -> str | None:
     return None
 
 
+ENGINE: Choice[Literal["postgresql"]] = Choice("engine", choices=("postgresql",), default=SqlTableSource.engine,
+                                               doc="the database engine")
+TABLE = Text("table", max_length=127, pattern=rf"{_IDENTIFIER}(\.{_IDENTIFIER})?",
+             pattern_help="must be a table name, optionally schema-qualified (letters, digits, _)",
+             note="one of `table`, `query`; `table` or `schema.table`", doc="the job table")
+DUE_COLUMN = Text("dueColumn", max_length=63, pattern=_IDENTIFIER, pattern_help="must be a column name",
+                  note="a column name",
+                  doc="rows count once this timestamp is `<= now()`; gives the oldest due row's age")
+CLAIM_COLUMN = replace(DUE_COLUMN, name="claimColumn", doc="the column a worker sets when it claims a row")
+UNCLAIMED_VALUE = Text("unclaimedValue", max_length=256, note="with `claimColumn`",
+                       doc="the claim column's value (as text) for an unclaimed row; unset: unclaimed means NULL")
+WHERE = Text("where", max_length=1024, note="one SQL condition, no `;` or comments",
+             doc="ANDed to the count's conditions")
+QUERY = Text("query", max_length=4096, note="a single `SELECT`",
+             doc="a whole custom count: first column the count, optional second the oldest age in seconds")
+PORT = replace(SERVER_PORT, default=SqlTableSource.port)
+DATABASE = Text("database", max_length=63, note="required with `host`", doc="the database")
+USER = Text("user", max_length=63, note="required with `host`", doc="the login role; not a secret")
+DSN = SecretRef("dsnSecretRef", note="instead of `host`",
+                doc="a Secret key holding `postgresql://user:password@host:port/db?sslmode=...`")
+SSL_MODE: Choice[SslMode] = Choice("sslMode", choices=SSL_MODES, default=SqlTableSource.ssl_mode, doc="as libpq's")
+STATEMENT_TIMEOUT = Duration("statementTimeout", default=SqlTableSource.statement_timeout, minimum=0.001,
+                             maximum=60.0,
+                             doc="the count's statement timeout (never past the poll's budget)")
+
+DECLARED = KindFields(TYPE, fields=(
+    ENGINE, TABLE, DUE_COLUMN, CLAIM_COLUMN, UNCLAIMED_VALUE, WHERE, QUERY, SERVER_HOST, PORT, DATABASE, USER,
+    PASSWORD, DSN, SSL_MODE, STATEMENT_TIMEOUT,
+), rules=(
+    Rule("self.type != 'sql-table' || has(self.table) != has(self.query)", "set exactly one of table or query"),
+    Rule("self.type != 'sql-table' || has(self.host) != has(self.dsnSecretRef)",
+         "set exactly one of host or dsnSecretRef"),
+))
+
+
 def parse(f: Fields, weight: float) -> SqlTableSource:
-    engine = f.choice("engine", ("postgresql",), "postgresql")
-    table = f.optional_string("table", pattern=_TABLE, max_length=127,
-                              pattern_help="must be a table name, optionally schema-qualified (letters, digits, _)")
-    due = f.optional_string("dueColumn", pattern=_IDENTIFIER, pattern_help="must be a column name")
-    claim = f.optional_string("claimColumn", pattern=_IDENTIFIER, pattern_help="must be a column name")
-    unclaimed = f.optional_string("unclaimedValue", max_length=256)
-    where = f.optional_string("where", max_length=1024)
-    query = f.optional_string("query", max_length=4096)
+    engine = f.choice(ENGINE)
+    table = f.optional_string(TABLE)
+    due = f.optional_string(DUE_COLUMN)
+    claim = f.optional_string(CLAIM_COLUMN)
+    unclaimed = f.optional_string(UNCLAIMED_VALUE)
+    where = f.optional_string(WHERE)
+    query = f.optional_string(QUERY)
     if where is not None and (problem := _where_problem(where)):
         f.error("where", problem)
     if query is not None and (problem := select_problem(query)):
@@ -145,17 +172,14 @@ def parse(f: Fields, weight: float) -> SqlTableSource:
     if unclaimed is not None and claim is None:
         f.error("unclaimedValue", "applies only with claimColumn")
 
-    host = f.optional_string("host", pattern=_HOST, pattern_help="must be a host name or IP address", max_length=253)
-    port = f.integer("port", 5432, minimum=1, maximum=65535)
-    database = f.optional_string("database", max_length=63)
-    user = f.optional_string("user", max_length=63)
-    password = f.secret_ref("passwordSecretRef")
-    dsn = f.secret_ref("dsnSecretRef")
-    ssl_mode = f.choice("sslMode", SSL_MODES, "prefer")
-    statement_timeout = f.duration("statementTimeout", 5.0, minimum=0.001)
-    if statement_timeout > MAX_STATEMENT_TIMEOUT:
-        f.error("statementTimeout", f"must be at most {format_duration(MAX_STATEMENT_TIMEOUT)}, got "
-                f"{format_duration(statement_timeout)}")
+    host = f.optional_string(SERVER_HOST)
+    port = f.integer(PORT)
+    database = f.optional_string(DATABASE)
+    user = f.optional_string(USER)
+    password = f.secret_ref(PASSWORD)
+    dsn = f.secret_ref(DSN)
+    ssl_mode = f.choice(SSL_MODE)
+    statement_timeout = f.duration(STATEMENT_TIMEOUT)
     if dsn is None:
         if host is None:
             f.error("", "must set host or dsnSecretRef")
@@ -169,8 +193,11 @@ def parse(f: Fields, weight: float) -> SqlTableSource:
                 f.error(name, "comes from the DSN when dsnSecretRef is set")
 
     return SqlTableSource(
-        type=TYPE, weight=weight, engine=engine,  # type: ignore[arg-type]
+        type=TYPE, weight=weight, engine=engine,
         table=table, due_column=due, claim_column=claim, unclaimed_value=unclaimed, where=where, query=query,
         host=host, port=port, database=database, user=user, password_secret_ref=password, dsn_secret_ref=dsn,
         ssl_mode=ssl_mode, statement_timeout=statement_timeout,
     )
+
+
+KIND = SourceKind(DECLARED, parse)
