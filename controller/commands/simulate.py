@@ -14,7 +14,7 @@ import yaml
 
 from controller.commands.terminal import progress_bar, wants_progress
 from controller.model.fields import SpecError
-from controller.model.rule import QueueScaler, parse_queuescaler
+from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, parse_queuescaler
 from controller.model.textfmt import duration, plural
 from controller.simulator.adapters import (
     AwsTargetTracking,
@@ -69,8 +69,8 @@ def default_rule(scenario: Scenario) -> QueueScaler:
     # One source per queue of the scenario (their counts summed), each named after its queue.
     queue_names = [q.name for q in scenario.queues] or ["simulated"]
     doc = {
-        "apiVersion": "queuescale.io/v1alpha1",
-        "kind": "QueueScaler",
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
         "metadata": {"name": DEFAULT_RULE_NAME},
         "spec": {
             "scaleTargetRef": {"name": "worker"},
