@@ -18,14 +18,13 @@ from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, par
 from controller.model.textfmt import duration, plural
 from controller.simulator.adapters import (
     AwsTargetTracking,
-    RuleAutoscaler,
     RuleError,
     StaticAutoscaler,
     source_queues,
 )
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, ScaledObjectError, load_scaled_objects
 from controller.simulator.report import format_table, write_html, write_timeline
-from controller.simulator.run import Contender, RunResult, simulate
+from controller.simulator.run import Contender, RunResult, rule_contender, simulate
 from controller.simulator.scenario import Scenario, ScenarioError, library, load_scenario
 from controller.simulator.world import World
 
@@ -128,12 +127,7 @@ def contenders(
             source_queues(rule, names)
         except RuleError as exc:
             raise InputError([str(exc)]) from None
-        label = _unique(rule.name, taken)
-
-        def build_rule(world: World, rule: QueueScaler = rule, label: str = label) -> RuleAutoscaler:
-            return RuleAutoscaler(label, rule, world, scenario.start_epoch)
-
-        found.append(Contender(label, build_rule))
+        found.append(rule_contender(_unique(rule.name, taken), rule, scenario.start_epoch))
     for scaled in scaled_objects:
         label = _unique(f"keda:{scaled.name}", taken)
 

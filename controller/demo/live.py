@@ -40,7 +40,7 @@ from controller.model.rule import QueueScaler
 from controller.model.sources.azure_queue import AzureQueueSource
 from controller.model.textfmt import duration, plural
 from controller.reconciler import TickResult
-from controller.simulator.run import Metrics, RunResult
+from controller.simulator.run import Metrics, RunResult, rule_contender
 from controller.simulator.scenario import ArrivalPlan, Scenario, ServiceTime, plan_arrivals
 from controller.targets.local_process import LocalProcessTarget
 
@@ -386,14 +386,9 @@ def _fmt(value: object) -> str:
 
 def simulate_rule(scenario: Scenario, rule: QueueScaler) -> RunResult:
     """The same scenario and rule in the simulator."""
-    from controller.simulator.adapters import RuleAutoscaler
-    from controller.simulator.run import Contender, simulate
-    from controller.simulator.world import World
+    from controller.simulator.run import simulate
 
-    def build(world: World) -> RuleAutoscaler:
-        return RuleAutoscaler(rule.name, rule, world, scenario.start_epoch)
-
-    return simulate(scenario, [Contender(rule.name, build)])[0]
+    return simulate(scenario, [rule_contender(rule.name, rule, scenario.start_epoch)])[0]
 
 
 def simulated_spread(scenario: Scenario, rule: QueueScaler, draws: int = SPREAD_DRAWS) -> dict[str, list[float]]:
@@ -401,19 +396,15 @@ def simulated_spread(scenario: Scenario, rule: QueueScaler, draws: int = SPREAD_
     service-time draws: how much one run's own luck moves a figure, against which a live run's can be judged."""
     import statistics
 
-    from controller.simulator.adapters import RuleAutoscaler
-    from controller.simulator.run import Contender, run_one
-    from controller.simulator.world import World
+    from controller.simulator.run import run_one
 
     plan = plan_arrivals(scenario)
-
-    def build(world: World) -> RuleAutoscaler:
-        return RuleAutoscaler(rule.name, rule, world, scenario.start_epoch)
+    contender = rule_contender(rule.name, rule, scenario.start_epoch)
 
     async def run_all() -> list[Metrics]:
         # run_one draws service times from the scenario's seed: other seeds, the same arrival plan.
-        return [(await run_one(replace(scenario, seed=scenario.seed + 1000 * (k + 1)), plan,
-                               Contender(rule.name, build))).metrics for k in range(draws)]
+        return [(await run_one(replace(scenario, seed=scenario.seed + 1000 * (k + 1)), plan, contender)).metrics
+                for k in range(draws)]
 
     runs = asyncio.run(run_all())
     spread = {}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.demo.harness import QUEUE_NAME, SECRET
+from controller.demo.measure import percentile
 from controller.demo.options import DemoOptions
 from controller.model.fields import format_duration
 from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler
@@ -195,6 +195,5 @@ class DemoRecord:
 
 
 def _percentile(values: list[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    return round(values[max(0, math.ceil(fraction * len(values)) - 1)], 2)
+    """The summary's nearest-rank percentile, to the hundredth; None when nothing was processed."""
+    return round(percentile(values, fraction), 2) if values else None
