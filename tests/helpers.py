@@ -1,7 +1,8 @@
-"""Small helpers shared by the azure-queue tests: secrets in a dict, queues with known traffic, one poll."""
+"""Small helpers shared by the azure-queue tests: secrets in a dict, queues with known traffic, one poll, a rule file."""
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import time
 import uuid
@@ -19,6 +20,8 @@ from controller.sources.base import SourceContext
 from controller.sources.retries import RetryPolicy
 from tests.azurite import Azurite
 from tests.transports import http_client
+
+WRONG_KEY = base64.b64encode(b"this is not the account key at all, sorry!").decode()  # an account key that fails
 
 
 class DictSecrets:
@@ -94,3 +97,29 @@ async def poll_once(
     async with http_client() as http:
         poller = AzureQueuePoller(spec, SourceContext(http=http, secrets=secrets), retry=retry, environ=environ)
         return await poller.poll(budget)
+
+
+def rule_yaml(azurite: Azurite, queue: str) -> str:
+    """A rule file for `queuescale record` and `check`: one rule polling `queue` on Azurite every second, and the
+    Secret with the account key it reads."""
+    return f"""
+apiVersion: queuescale.io/v1alpha1
+kind: QueueScaler
+metadata: {{name: orders-worker, namespace: shop}}
+spec:
+  scaleTargetRef: {{name: orders-worker}}
+  maxReplicas: 12
+  pollingInterval: 1s
+  sources:
+    - type: azure-queue
+      queueName: {queue}
+      accountName: {azurite.account}
+      endpoint: {azurite.endpoint}
+      accountKeySecretRef: {{name: storage, key: account-key}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: storage, namespace: shop}}
+data:
+  account-key: {base64.b64encode(azurite.key.encode()).decode()}
+"""

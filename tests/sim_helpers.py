@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, parse_queuescaler
 from controller.simulator.run import Contender, RunResult, simulate
 from controller.simulator.scenario import Scenario, parse_scenario
 from controller.simulator.world import World
@@ -21,6 +22,12 @@ def scenario(**overrides: Any) -> Scenario:
     }
     raw.update(overrides)
     return parse_scenario(raw)
+
+
+def parse_rule(name: str, **spec: Any) -> QueueScaler:
+    """A QueueScaler named `name`, parsed as the operator parses one; `spec` over a target named worker."""
+    return parse_queuescaler({"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": KIND, "metadata": {"name": name},
+                              "spec": {"scaleTargetRef": {"name": "worker"}, **spec}})
 
 
 class ScaleAt:

@@ -14,18 +14,17 @@ import yaml
 
 from controller.commands.terminal import progress_bar, wants_progress
 from controller.model.fields import SpecError
-from controller.model.rule import QueueScaler, parse_queuescaler
+from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, parse_queuescaler
 from controller.model.textfmt import duration, plural
 from controller.simulator.adapters import (
     AwsTargetTracking,
-    RuleAutoscaler,
     RuleError,
     StaticAutoscaler,
     source_queues,
 )
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, ScaledObjectError, load_scaled_objects
 from controller.simulator.report import format_table, write_html, write_timeline
-from controller.simulator.run import Contender, RunResult, simulate
+from controller.simulator.run import Contender, RunResult, rule_contender, simulate
 from controller.simulator.scenario import Scenario, ScenarioError, library, load_scenario
 from controller.simulator.world import World
 
@@ -69,8 +68,8 @@ def default_rule(scenario: Scenario) -> QueueScaler:
     # One source per queue of the scenario (their counts summed), each named after its queue.
     queue_names = [q.name for q in scenario.queues] or ["simulated"]
     doc = {
-        "apiVersion": "queuescale.io/v1alpha1",
-        "kind": "QueueScaler",
+        "apiVersion": f"{API_GROUP}/{API_VERSION}",
+        "kind": KIND,
         "metadata": {"name": DEFAULT_RULE_NAME},
         "spec": {
             "scaleTargetRef": {"name": "worker"},
@@ -128,12 +127,7 @@ def contenders(
             source_queues(rule, names)
         except RuleError as exc:
             raise InputError([str(exc)]) from None
-        label = _unique(rule.name, taken)
-
-        def build_rule(world: World, rule: QueueScaler = rule, label: str = label) -> RuleAutoscaler:
-            return RuleAutoscaler(label, rule, world, scenario.start_epoch)
-
-        found.append(Contender(label, build_rule))
+        found.append(rule_contender(_unique(rule.name, taken), rule, scenario.start_epoch))
     for scaled in scaled_objects:
         label = _unique(f"keda:{scaled.name}", taken)
 

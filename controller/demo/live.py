@@ -16,7 +16,6 @@ import contextlib
 import csv
 import json
 import math
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -25,27 +24,28 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
-
-from controller.demo.azurite import AzuriteError, AzuriteQueueService
+from controller.demo.harness import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    QUEUE_NAME,
+    SECRET,
+    SENDERS,
+    LiveHarness,
+    finish,
+)
 from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure
-from controller.demo.run import QUEUE_NAME, SECRET, _DemoSecrets, _worker_environ
-from controller.demo.worker import CONNECTION_ENV
 from controller.model.fields import SecretKeyRef
 from controller.model.rule import QueueScaler
 from controller.model.sources.azure_queue import AzureQueueSource
 from controller.model.textfmt import duration, plural
-from controller.reconciler import Reconciler, SystemClock, TickResult
-from controller.simulator.run import Metrics, RunResult
+from controller.reconciler import TickResult
+from controller.simulator.run import Metrics, RunResult, rule_contender
 from controller.simulator.scenario import ArrivalPlan, Scenario, ServiceTime, plan_arrivals
-from controller.sources import build_source
-from controller.sources.azure_auth import scrub
-from controller.sources.base import Source, SourceContext
 from controller.targets.local_process import LocalProcessTarget
 
-EXIT_DONE, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_DONE = 0
 MAX_LIVE_WORKERS = 64  # processes on one machine
-SENDERS = 16
 SPREAD_DRAWS = 20  # simulations with other service-time draws, for the simulated spread
 KILL_GRACE = 2.0  # scaleIn kill: SIGTERM ends the worker at once; SIGKILL only if it somehow did not
 
@@ -210,7 +210,7 @@ def read_worker_logs(folder: Path) -> tuple[list[Delivery], dict[int, float]]:
 
 
 class ScenarioDemo:
-    """One live scenario run. `main()` is the async part; `close()` the synchronous last-resort clean-up."""
+    """One live scenario run: `main()` is the async part, run by its harness, which stops everything it started."""
 
     def __init__(self, options: ScenarioDemoOptions, scenario: Scenario, rule: QueueScaler, out: TextIO,
                  err: TextIO) -> None:
@@ -219,69 +219,25 @@ class ScenarioDemo:
         self.rule = rule
         self.out = out
         self.err = err
-        self.azurite: AzuriteQueueService | None = None
-        self.target: LocalProcessTarget | None = None
-        self.interrupted = False
-
-    def close(self) -> None:
-        """Stop every process still running, whatever happened before. Idempotent."""
-        if self.target is not None:
-            self.target.close()
-        if self.azurite is not None:
-            self.azurite.stop()
+        self.harness = LiveHarness(options.out_dir, out, err)
 
     async def main(self) -> int:
-        try:
-            from azure.storage.queue import QueueServiceClient
-        except ImportError:
-            print("the demo's workers need the Azure Storage Queue SDK: pip install 'queuescale[demo]' "
-                  "(or run `bash scripts/bootstrap`)", file=self.err)
-            return EXIT_FAILED
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-
-        def on_signal() -> None:
-            self.interrupted = True
-            stop.set()
-
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, on_signal)
-        try:
-            return await self._run(stop, QueueServiceClient)
-        finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(signum)
-
-    async def _run(self, stop: asyncio.Event, service_client: Any) -> int:
-        scenario, rule, options = self.scenario, self.rule, self.options
+        scenario, rule, options, harness = self.scenario, self.rule, self.options, self.harness
         workers = scenario.workers
         out_dir = options.out_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
-        workers_dir = out_dir / "workers"
-        for old in workers_dir.glob("*.log") if workers_dir.exists() else []:
-            old.unlink()
+        stop = harness.stop
+        harness.clear_worker_logs()
         plan = plan_arrivals(scenario)
         schedule = send_schedule(plan)
-        self.azurite = AzuriteQueueService()
-        print(f"starting Azurite on 127.0.0.1:{self.azurite.port} ...", file=self.out, flush=True)
-        try:
-            await asyncio.to_thread(self.azurite.start)
-        except AzuriteError as exc:
-            print(f"demo: {exc}", file=self.err)
+        queue = await harness.start_queue()
+        if queue is None:
             return EXIT_FAILED
-        connection = self.azurite.connection_string
-        service = service_client.from_connection_string(connection)
-        queue = await asyncio.to_thread(service.create_queue, QUEUE_NAME)
-        self.target = LocalProcessTarget(
-            [sys.executable, "-m", "controller.demo.worker", "--queue", QUEUE_NAME,
-             "--service-time", service_time_argument(workers.service_time),
+        target = harness.start_workers(
+            ["--service-time", service_time_argument(workers.service_time),
              "--concurrency", str(workers.concurrency), "--startup-delay", repr(workers.startup_delay),
              "--scale-in", workers.scale_in,
              "--visibility-timeout", str(math.ceil(scenario.queue.visibility_timeout))],
-            env={**_worker_environ(), CONNECTION_ENV: connection},
-            ready_file=True,
-            grace_period=workers.termination_grace_period if workers.scale_in == "drain" else KILL_GRACE,
-            log_dir=workers_dir,
+            workers.termination_grace_period if workers.scale_in == "drain" else KILL_GRACE,
         )
         run = _Run()
         print(
@@ -292,49 +248,40 @@ class ScenarioDemo:
             file=self.out, flush=True,
         )
         if workers.initial_replicas:
-            await self._start_initial(workers.initial_replicas, stop)
+            await self._start_initial(target, workers.initial_replicas, stop)
         remaining: int | None = None
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
-            source: Source = build_source(rule.spec.sources[0], SourceContext(
-                http=http, secrets=_DemoSecrets(connection), namespace=rule.namespace))
-            reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=_Reporter(run, self.out))
-            run.start = time.time()
+        async with harness.reconciling(rule, _Reporter(run, self.out)) as started:
+            run.start = started
             tasks = [
-                asyncio.create_task(reconciler.run(stop)),
                 asyncio.create_task(self._send(queue, schedule, run, stop)),
-                asyncio.create_task(self._sample(queue, run, stop)),
+                asyncio.create_task(self._sample(target, queue, run, stop)),
             ]
             try:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(scenario.duration):
                         await stop.wait()
-                if not self.interrupted:
+                if not harness.interrupted:
                     with contextlib.suppress(Exception):
                         remaining = (await asyncio.to_thread(queue.get_queue_properties)).approximate_message_count
             finally:
                 end = time.time()
                 stop.set()
-                for task in tasks:
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-                await source.aclose()
-                await self.target.aclose()
-                self.azurite.stop()
-        deliveries, _ = read_worker_logs(workers_dir)
-        processes = self.target.started
+                await finish(*tasks)
+        deliveries, _ = read_worker_logs(harness.workers_dir)
         record = LiveRecord(
             start=run.start, duration=min(scenario.duration, end - run.start),
             concurrency=workers.concurrency, visibility_timeout=scenario.queue.visibility_timeout,
             ttl=scenario.queue.ttl, slo_wait=scenario.slo_wait, initial_replicas=workers.initial_replicas,
             sent=tuple(run.sent), deliveries=tuple(deliveries),
-            processes=tuple(Lifetime(p.pid, p.started, p.stopped) for p in processes),
+            processes=tuple(Lifetime(p.pid, p.started, p.stopped) for p in target.started),
             scale_actions=tuple(run.scale_actions), ready=tuple(run.ready), remaining=remaining,
         )
         live = measure(record, scenario, plan)
         simulated = await asyncio.to_thread(simulate_rule, scenario, rule)  # it runs its own event loop
         spread = await asyncio.to_thread(simulated_spread, scenario, rule)
+        assert harness.azurite is not None
         summary = {
-            "outcome": "interrupted" if self.interrupted else "completed",
+            "outcome": "interrupted" if harness.interrupted else "completed",
             "scenario": scenario.name,
             "policy": rule.name,
             "duration_seconds": round(end - run.start, 1),
@@ -343,30 +290,24 @@ class ScenarioDemo:
             **live.to_json(),
             "simulated": simulated.metrics.to_json(),
             "simulated_spread": spread,
-            "azurite": {"pid": self.azurite.pid, "address": f"127.0.0.1:{self.azurite.port}"},
-            "worker_processes": [
-                {"pid": p.pid, "replica": p.replica, "started": round(p.started - run.start, 2),
-                 "stopped": None if p.stopped is None else round(p.stopped - run.start, 2),
-                 "exit_code": p.exit_code, "killed": p.killed}
-                for p in processes
-            ],
+            "azurite": {"pid": harness.azurite.pid, "address": f"127.0.0.1:{harness.azurite.port}"},
+            "worker_processes": harness.processes(run.start),
             "scale_events": run.scale_events,
         }
         (out_dir / "demo-summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         _write_timeline(out_dir / "demo-timeline.csv", run)
         self._print_comparison(live, simulated.metrics, summary)
-        if self.interrupted:
+        if harness.interrupted:
             return EXIT_INTERRUPTED
         return EXIT_DONE
 
-    async def _start_initial(self, replicas: int, stop: asyncio.Event) -> None:
+    async def _start_initial(self, target: LocalProcessTarget, replicas: int, stop: asyncio.Event) -> None:
         """The scenario's initialReplicas, ready before time 0 (the simulator starts with them ready)."""
-        assert self.target is not None
-        state = await self.target.read()
-        await self.target.scale(replicas, state)
+        state = await target.read()
+        await target.scale(replicas, state)
         deadline = time.monotonic() + self.scenario.workers.startup_delay + 60
         while not stop.is_set() and time.monotonic() < deadline:
-            if ((await self.target.read()).ready_replicas or 0) >= replicas:
+            if ((await target.read()).ready_replicas or 0) >= replicas:
                 return
             await asyncio.sleep(0.1)
 
@@ -400,12 +341,11 @@ class ScenarioDemo:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
 
-    async def _sample(self, queue: Any, run: _Run, stop: asyncio.Event) -> None:
+    async def _sample(self, target: LocalProcessTarget, queue: Any, run: _Run, stop: asyncio.Event) -> None:
         """Every second: the ready workers (for the bursts' capacity) and the queue's count (for the timeline)."""
-        assert self.target is not None
         second = 0
         while not stop.is_set():
-            state = await self.target.read()
+            state = await target.read()
             t = time.time() - run.start
             run.ready.append((t, state.ready_replicas or 0))
             try:
@@ -420,14 +360,15 @@ class ScenarioDemo:
 
     def _print_comparison(self, live: Metrics, simulated: Metrics, summary: dict[str, object]) -> None:
         print("", file=self.out)
-        if self.interrupted:
+        if self.harness.interrupted:
             print(f"interrupted after {duration(float(summary['duration_seconds']))}: the live figures cover that "  # type: ignore[arg-type]
                   f"much, the simulated ones the whole {duration(self.scenario.duration)}", file=self.out)
         print(f"{'metric':<24}{'live':>10}{'simulated':>11}", file=self.out)
         for key in COMPARED:
             print(f"{key:<24}{_fmt(getattr(live, key)):>10}{_fmt(getattr(simulated, key)):>11}", file=self.out)
         pids = [p["pid"] for p in summary["worker_processes"]]  # type: ignore[attr-defined]
-        print(f"stopped Azurite (pid {self.azurite.pid if self.azurite else '-'}) and "
+        azurite = self.harness.azurite
+        print(f"stopped Azurite (pid {azurite.pid if azurite else '-'}) and "
               f"{plural(len(pids), 'worker process', 'worker processes')}", file=self.out)
         print(f"summary: {self.options.out_dir / 'demo-summary.json'}", file=self.out, flush=True)
 
@@ -445,14 +386,9 @@ def _fmt(value: object) -> str:
 
 def simulate_rule(scenario: Scenario, rule: QueueScaler) -> RunResult:
     """The same scenario and rule in the simulator."""
-    from controller.simulator.adapters import RuleAutoscaler
-    from controller.simulator.run import Contender, simulate
-    from controller.simulator.world import World
+    from controller.simulator.run import simulate
 
-    def build(world: World) -> RuleAutoscaler:
-        return RuleAutoscaler(rule.name, rule, world, scenario.start_epoch)
-
-    return simulate(scenario, [Contender(rule.name, build)])[0]
+    return simulate(scenario, [rule_contender(rule.name, rule, scenario.start_epoch)])[0]
 
 
 def simulated_spread(scenario: Scenario, rule: QueueScaler, draws: int = SPREAD_DRAWS) -> dict[str, list[float]]:
@@ -460,19 +396,15 @@ def simulated_spread(scenario: Scenario, rule: QueueScaler, draws: int = SPREAD_
     service-time draws: how much one run's own luck moves a figure, against which a live run's can be judged."""
     import statistics
 
-    from controller.simulator.adapters import RuleAutoscaler
-    from controller.simulator.run import Contender, run_one
-    from controller.simulator.world import World
+    from controller.simulator.run import run_one
 
     plan = plan_arrivals(scenario)
-
-    def build(world: World) -> RuleAutoscaler:
-        return RuleAutoscaler(rule.name, rule, world, scenario.start_epoch)
+    contender = rule_contender(rule.name, rule, scenario.start_epoch)
 
     async def run_all() -> list[Metrics]:
         # run_one draws service times from the scenario's seed: other seeds, the same arrival plan.
-        return [(await run_one(replace(scenario, seed=scenario.seed + 1000 * (k + 1)), plan,
-                               Contender(rule.name, build))).metrics for k in range(draws)]
+        return [(await run_one(replace(scenario, seed=scenario.seed + 1000 * (k + 1)), plan, contender)).metrics
+                for k in range(draws)]
 
     runs = asyncio.run(run_all())
     spread = {}
@@ -499,14 +431,4 @@ def run(options: ScenarioDemoOptions, out: TextIO = sys.stdout, err: TextIO = sy
             print(f"demo: {line}", file=err)
         return EXIT_USAGE
     demo = ScenarioDemo(options, scenario, rule, out, err)
-    try:
-        return asyncio.run(demo.main())
-    except KeyboardInterrupt:
-        print("demo: interrupted", file=err)
-        return EXIT_INTERRUPTED
-    except Exception as exc:  # e.g. Azurite died under us; everything started is still stopped below
-        first_line = (str(exc).splitlines() or [""])[0]
-        print(f"demo: failed: {type(exc).__name__}: {scrub(first_line)[:300]}", file=err)
-        return EXIT_FAILED
-    finally:
-        demo.close()
+    return demo.harness.run(demo.main)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from controller.demo.run import DemoRecord, demo_rule_document
+from controller.demo.record import DemoRecord, demo_rule_document
 from controller.model.textfmt import duration, plural
 from controller.simulator.report import line_chart
 

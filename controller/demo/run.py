@@ -11,238 +11,29 @@ writes an HTML report, a timeline CSV and a JSON summary (with every PID it star
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import csv
 import json
-import math
-import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
 import yaml
 
-from controller.demo.azurite import AzuriteError, AzuriteQueueService
+from controller.demo.harness import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, QUEUE_NAME, SENDERS, LiveHarness, finish
 from controller.demo.options import DemoOptions
+from controller.demo.record import DemoRecord, Sample, WorkerLogs, count_change, demo_rule_document
+from controller.demo.report import write_report
 from controller.demo.view import Frame, LiveView
-from controller.demo.worker import CONNECTION_ENV
-from controller.model.fields import SpecError, format_duration
+from controller.model.fields import SpecError
 from controller.model.rule import QueueScaler, parse_queuescaler
-from controller.model.secrets import SecretUnavailable
 from controller.model.textfmt import duration, plural
-from controller.reconciler import Reconciler, SystemClock, TickResult
-from controller.sources import build_source
-from controller.sources.azure_auth import scrub
-from controller.sources.base import Source, SourceContext
+from controller.reconciler import TickResult
 from controller.targets.local_process import LocalProcessTarget
 
-QUEUE_NAME = "demo-jobs"
-RULE_NAME = "demo-worker"
-SECRET = ("demo-queue", "connection-string")
-EXIT_SETTLED, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
-SENDERS = 16  # threads sending a burst
-
-
-def demo_rule_document(options: DemoOptions) -> dict[str, Any]:
-    """The QueueScaler the demo runs, as YAML would hold it (the connection string is a Secret reference)."""
-    return {
-        "apiVersion": "queuescale.io/v1alpha1",
-        "kind": "QueueScaler",
-        "metadata": {"name": RULE_NAME, "namespace": "demo"},
-        "spec": {
-            "scaleTargetRef": {"name": RULE_NAME},
-            "minReplicas": 0,
-            "maxReplicas": options.max_workers,
-            "pollingInterval": format_duration(options.polling_interval),
-            "sources": [{
-                "type": "azure-queue",
-                "queueName": QUEUE_NAME,
-                "connectionSecretRef": {"name": SECRET[0], "key": SECRET[1]},
-            }],
-            "policy": {
-                "targetPerReplica": options.target_per_replica,
-                "trendWindow": "20s",
-                "scaleToZeroDelay": format_duration(options.scale_to_zero_delay),
-                "scaleDown": {"delay": format_duration(options.scale_down_delay)},
-            },
-        },
-    }
-
-
-class _DemoSecrets:
-    """The rule's SecretResolver: the one connection string, never shown."""
-
-    def __init__(self, connection_string: str) -> None:
-        self._value = connection_string
-
-    def __repr__(self) -> str:
-        return "_DemoSecrets(1 secret)"
-
-    async def __call__(self, name: str, key: str) -> str:
-        if (name, key) != SECRET:
-            raise SecretUnavailable("SecretNotFound", f"Secret '{name}' key '{key}' is not the demo's")
-        return self._value
-
-
-# --------------------------------------------------------------------------------------------------------------
-# What happened
-
-
-@dataclass(frozen=True)
-class Sample:
-    """One tick, as the demo saw it."""
-
-    t: float  # seconds since the rule started
-    count: int | None
-    trend: float | None
-    desired: int | None
-    ready: int | None
-    reason: str
-    message: str
-    scaled_from: int | None
-    scaled_to: int | None
-    processed: int
-    sent: int
-
-
-def count_change(earlier: Sequence[Sample], latest: Sample) -> float | None:
-    """How fast the queue's count moved (messages/s) from the last poll that read it to `latest`."""
-    if latest.count is None:
-        return None
-    for sample in reversed(earlier):
-        if sample.count is not None:
-            return (latest.count - sample.count) / (latest.t - sample.t) if latest.t > sample.t else None
-    return None
-
-
-@dataclass(frozen=True)
-class Done:
-    """One message a worker finished (from its log)."""
-
-    replica: str
-    sent: float
-    received: float
-    done: float
-
-
-class WorkerLogs:
-    """Reads the workers' JSON lines as they are written; keeps the finished messages."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.done: list[Done] = []
-        self._offsets: dict[Path, int] = {}
-
-    def refresh(self) -> None:
-        if not self.folder.exists():
-            return
-        for path in sorted(self.folder.glob("*.log")):
-            offset = self._offsets.get(path, 0)
-            with path.open("rb") as handle:
-                handle.seek(offset)
-                data = handle.read()
-            end = data.rfind(b"\n") + 1  # a line being written waits for the next refresh
-            self._offsets[path] = offset + end
-            for line in data[:end].splitlines():
-                self._parse(line)
-
-    def _parse(self, line: bytes) -> None:
-        try:
-            event = json.loads(line)
-        except ValueError:
-            return  # a traceback or other noise: the log file keeps it
-        if isinstance(event, dict) and event.get("event") == "done":
-            with contextlib.suppress(TypeError, ValueError):
-                self.done.append(Done(str(event["replica"]), float(event["sent"]), float(event["received"]),
-                                      float(event["done"])))
-
-
-@dataclass
-class DemoRecord:
-    """The whole run, for the view, the report and the summary."""
-
-    options: DemoOptions
-    rule: QueueScaler
-    started: float = 0.0  # wall clock when the rule started
-    samples: list[Sample] = field(default_factory=list)
-    events: list[tuple[float, str]] = field(default_factory=list)
-    bursts: list[tuple[float, int]] = field(default_factory=list)  # (t sent, messages)
-    sent: int = 0
-    outcome: str = "running"  # settled | timeout | interrupted | failed
-    failure: str = ""
-    azurite_pid: int | None = None
-    azurite_port: int | None = None
-    processes: list[dict[str, object]] = field(default_factory=list)
-    done: list[Done] = field(default_factory=list)
-    ended: float = 0.0
-
-    def t(self, wall: float | None = None) -> float:
-        return (time.time() if wall is None else wall) - self.started
-
-    @property
-    def scale_events(self) -> list[Sample]:
-        return [s for s in self.samples if s.scaled_to is not None]
-
-    def waits(self) -> list[float]:
-        return sorted(max(0.0, d.received - d.sent) for d in self.done)
-
-    def facts(self) -> dict[str, object]:
-        """The numbers the summary and the report show."""
-        ups = [s for s in self.scale_events if (s.scaled_to or 0) > (s.scaled_from or 0)]
-        downs = [s for s in self.scale_events if (s.scaled_to or 0) < (s.scaled_from or 0)]
-        waits = self.waits()
-        first_burst = self.bursts[0][0] if self.bursts else None
-        first_up = ups[0].t if ups else None
-        peak = max((s.desired or 0 for s in self.samples), default=0)
-        # What the rule last asked for: the clean-up stops every worker anyway, which says nothing of the policy.
-        final = next((s.desired for s in reversed(self.samples) if s.desired is not None), None)
-        all_ready = next(
-            (s.t for s in self.samples if first_up is not None and s.t >= first_up and (s.ready or 0) >= peak), None
-        )
-        return {
-            "outcome": self.outcome,
-            "duration_seconds": round(self.ended - self.started, 1) if self.ended else None,
-            "messages_sent": self.sent,
-            "messages_processed": len(self.done),
-            "bursts": [{"t": round(t, 1), "messages": n} for t, n in self.bursts],
-            "peak_workers": peak,
-            "final_workers": final,
-            "scale_ups": len(ups),
-            "scale_downs": len(downs),
-            "burst_to_first_scale_out_seconds": None if first_up is None or first_burst is None
-            else round(first_up - first_burst, 1),
-            "burst_to_peak_ready_seconds": None if all_ready is None or first_burst is None
-            else round(all_ready - first_burst, 1),
-            "wait_p50_seconds": _percentile(waits, 0.5),
-            "wait_p95_seconds": _percentile(waits, 0.95),
-            "wait_max_seconds": round(waits[-1], 2) if waits else None,
-        }
-
-    def summary(self, report: Path | None) -> dict[str, object]:
-        return {
-            **self.facts(),
-            "failure": self.failure or None,
-            "rule": self.rule.key,
-            "azurite": {"pid": self.azurite_pid, "address": f"127.0.0.1:{self.azurite_port}"},
-            "worker_processes": self.processes,
-            "scale_events": [
-                {"t": round(s.t, 1), "from": s.scaled_from, "to": s.scaled_to, "reason": s.reason,
-                 "message": s.message}
-                for s in self.scale_events
-            ],
-            "report": None if report is None else str(report),
-        }
-
-
-def _percentile(values: list[float], fraction: float) -> float | None:
-    if not values:
-        return None
-    return round(values[max(0, math.ceil(fraction * len(values)) - 1)], 2)
+EXIT_SETTLED = 0
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -306,88 +97,42 @@ class _Recorder:
 
 
 class Demo:
-    """One demo run. `main()` is the async part; `close()` is the synchronous last-resort clean-up."""
+    """One demo run: `main()` is the async part, run by its harness, which stops everything it started."""
 
-    def __init__(self, options: DemoOptions, out: TextIO, err: TextIO) -> None:
+    def __init__(self, options: DemoOptions, rule: QueueScaler, out: TextIO, err: TextIO) -> None:
         self.options = options
+        self.rule = rule
         self.out = out
         self.err = err
-        self.azurite: AzuriteQueueService | None = None
-        self.target: LocalProcessTarget | None = None
-        self.interrupted = False
-        self._main: asyncio.Task[Any] | None = None
-
-    def close(self) -> None:
-        """Stop every process still running, whatever happened before. Idempotent."""
-        if self.target is not None:
-            self.target.close()
-        if self.azurite is not None:
-            self.azurite.stop()
+        self.harness = LiveHarness(options.out_dir, out, err)
 
     async def main(self) -> int:
-        options = self.options
-        try:
-            from azure.storage.queue import QueueServiceClient
-        except ImportError:
-            print("the demo's workers need the Azure Storage Queue SDK: pip install 'queuescale[demo]' "
-                  "(or run `bash scripts/bootstrap`)", file=self.err)
-            return EXIT_FAILED
-        rule = parse_queuescaler(demo_rule_document(options))
-        options.out_dir.mkdir(parents=True, exist_ok=True)
+        options, rule, harness = self.options, self.rule, self.harness
+        harness.clear_worker_logs()
         (options.out_dir / "demo-rule.yaml").write_text(
             yaml.safe_dump(demo_rule_document(options), sort_keys=False), encoding="utf-8")
-        workers_dir = options.out_dir / "workers"
-        for old in workers_dir.glob("*.log") if workers_dir.exists() else []:
-            old.unlink()
         record = DemoRecord(options=options, rule=rule)
         live = self.out.isatty() if options.live is None else options.live
         view = LiveView(self.out, live=live, title=f"queuescale demo: rule {rule.name}")
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        self._main = asyncio.current_task()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, self._on_signal, stop)
         try:
-            return await self._run(rule, record, view, stop, QueueServiceClient)
+            return await self._run(record, view)
         finally:
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(signum)
             view.close()
 
-    def _on_signal(self, stop: asyncio.Event) -> None:
-        if self.interrupted and self._main is not None:
-            self._main.cancel()  # a second Ctrl-C: stop waiting for graceful ends (clean-up still runs)
-        self.interrupted = True
-        stop.set()
-
-    async def _run(self, rule: QueueScaler, record: DemoRecord, view: LiveView, stop: asyncio.Event,
-                   service_client: Any) -> int:
-        options = self.options
-        self.azurite = AzuriteQueueService()
-        print(f"starting Azurite on 127.0.0.1:{self.azurite.port} ...", file=self.out, flush=True)
-        try:
-            await asyncio.to_thread(self.azurite.start)
-        except AzuriteError as exc:
-            print(f"demo: {exc}", file=self.err)
+    async def _run(self, record: DemoRecord, view: LiveView) -> int:
+        options, rule, harness = self.options, self.rule, self.harness
+        queue = await harness.start_queue()
+        if queue is None:
             return EXIT_FAILED
-        record.azurite_pid, record.azurite_port = self.azurite.pid, self.azurite.port
-        connection = self.azurite.connection_string
-        service = service_client.from_connection_string(connection)
-        queue = await asyncio.to_thread(service.create_queue, QUEUE_NAME)
-        self.target = LocalProcessTarget(
-            [sys.executable, "-m", "controller.demo.worker", "--queue", QUEUE_NAME,
-             "--work-time", str(options.work_time)],
-            env={**_worker_environ(), CONNECTION_ENV: connection},
-            ready_file=True,
-            grace_period=options.work_time + 5.0,
-            log_dir=options.out_dir / "workers",
-        )
-        logs = WorkerLogs(options.out_dir / "workers")
+        assert harness.azurite is not None
+        record.azurite_pid, record.azurite_port = harness.azurite.pid, harness.azurite.port
+        target = harness.start_workers(["--work-time", str(options.work_time)], options.work_time + 5.0)
+        logs = WorkerLogs(harness.workers_dir)
         settled = asyncio.Event()
         bursts = [(options.burst_at, options.burst)]
         if options.second_burst:
             bursts.append((options.second_burst_at, options.second_burst))
-        recorder = _Recorder(record, view, logs, self.target, settled, lambda: record.sent == sum(n for _, n in bursts))
+        recorder = _Recorder(record, view, logs, target, settled, lambda: record.sent == sum(n for _, n in bursts))
         print(
             f"queue '{QUEUE_NAME}' created; rule '{rule.name}': poll every {duration(options.polling_interval)}, "
             f"{plural(options.target_per_replica, 'message')} per worker, 0 to {plural(options.max_workers, 'worker')} "
@@ -395,35 +140,21 @@ class Demo:
             + ", ".join(f"{plural(n, 'message')} at +{duration(at)}" for at, n in bursts)
             + f"; output in {options.out_dir}/", file=self.out, flush=True,
         )
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
-            source: Source = build_source(rule.spec.sources[0], SourceContext(http=http, secrets=_DemoSecrets(
-                connection), namespace=rule.namespace))
-            reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=recorder)
-            record.started = time.time()
-            loop_task = asyncio.create_task(reconciler.run(stop))
+        async with harness.reconciling(rule, recorder) as started:
+            record.started = started
             sender = asyncio.create_task(self._send_bursts(queue, bursts, record, recorder))
-            ended = asyncio.create_task(self._wait_for_end(settled, stop))
+            ended = asyncio.create_task(self._wait_for_end(settled, harness.stop))
             try:
                 await ended
             finally:
-                stop.set()
+                harness.stop.set()
                 sender.cancel()
-                for task in (loop_task, sender, ended):
-                    with contextlib.suppress(asyncio.CancelledError, Exception):
-                        await task
-                await source.aclose()
-                await self.target.aclose()
-                record.ended = time.time()
-                self.azurite.stop()
-                record.processes = [
-                    {"pid": p.pid, "replica": p.replica, "started": round(record.t(p.started), 2),
-                     "stopped": None if p.stopped is None else round(record.t(p.stopped), 2),
-                     "exit_code": p.exit_code, "killed": p.killed}
-                    for p in self.target.started
-                ]
-                logs.refresh()
-                record.done = list(logs.done)
-        if self.interrupted:
+                await finish(sender, ended)
+        record.ended = time.time()
+        record.processes = harness.processes(record.started)
+        logs.refresh()
+        record.done = list(logs.done)
+        if harness.interrupted:
             record.outcome = "interrupted"
         elif settled.is_set():
             record.outcome = "settled"
@@ -469,8 +200,6 @@ class Demo:
                 waiter.cancel()
 
     def _finish(self, record: DemoRecord) -> int:
-        from controller.demo.report import write_report
-
         options = self.options
         report = options.out_dir / "demo-report.html"
         write_report(report, record)
@@ -510,13 +239,6 @@ def _workers_path(facts: dict[str, object]) -> str:
     return text
 
 
-def _worker_environ() -> dict[str, str]:
-    """The workers' environment: ours, minus any other connection strings or queuescale secrets."""
-    import os
-
-    return {k: v for k, v in os.environ.items() if not k.startswith(("QUEUESCALE_SECRET_", "AZURE_STORAGE_"))}
-
-
 def _write_timeline(path: Path, record: DemoRecord) -> None:
     with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
@@ -541,22 +263,11 @@ def run(options: DemoOptions, out: TextIO = sys.stdout, err: TextIO = sys.stderr
     if problems:
         for line in problems:
             print(f"demo: {line}", file=err)
-        return 2
-    demo = Demo(options, out, err)
+        return EXIT_USAGE
     try:
-        return asyncio.run(demo.main())
-    except KeyboardInterrupt:
-        print("demo: interrupted", file=err)
-        return EXIT_INTERRUPTED
+        rule = parse_queuescaler(demo_rule_document(options))
     except SpecError as exc:  # the demo's own rule, from bad options
         print(f"demo: the demo rule is not valid: {exc}", file=err)
-        return 2
-    except BrokenPipeError:
-        raise  # the reader of our output went away (`| head`): the command line ends quietly; clean-up still runs
-    except Exception as exc:  # e.g. Azurite died under us; everything started is still stopped below
-        first_line = (str(exc).splitlines() or [""])[0]
-        print(f"demo: failed: {type(exc).__name__}: {scrub(first_line)[:300]}", file=err)
-        return EXIT_FAILED
-    finally:
-        demo.close()
-
+        return EXIT_USAGE
+    demo = Demo(options, rule, out, err)
+    return demo.harness.run(demo.main)

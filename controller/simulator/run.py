@@ -13,7 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, cast
 
-from controller.simulator.adapters import TickRecord
+from controller.model.rule import QueueScaler
+from controller.simulator.adapters import RuleAutoscaler, TickRecord
 from controller.simulator.scenario import ArrivalPlan, Burst, Scenario, plan_arrivals
 from controller.simulator.world import MultiQueueWorld, Sample, SimWorld, World
 
@@ -40,6 +41,15 @@ class Contender:
     # (counts, replicas, set_desired, queue_world): kept as World so that builders written for one queue still fit.
     build: Callable[[World], Autoscaler]
     initial_replicas: int | None = None  # None: the scenario's workers.initialReplicas
+
+
+def rule_contender(label: str, rule: QueueScaler, start_epoch: float) -> Contender:
+    """A rule as a contender: the operator's reconciler for it, on each fresh world, its clock at `start_epoch`."""
+
+    def build(world: World) -> RuleAutoscaler:
+        return RuleAutoscaler(label, rule, world, start_epoch)
+
+    return Contender(label, build)
 
 
 @dataclass(frozen=True)

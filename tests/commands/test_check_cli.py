@@ -4,40 +4,12 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from controller.commands.check import secret_env_name
 from tests.azurite import ROOT, Azurite
-from tests.helpers import add_traffic, new_queue, unique_queue
-
-WRONG_KEY = base64.b64encode(b"this is not the account key at all, sorry!").decode()
-
-
-def run_check(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("QUEUESCALE_SECRET_")}
-    environ.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-m", "controller", "check", *args],
-        cwd=ROOT, env=environ, capture_output=True, text=True, timeout=60, check=False,
-    )
-
-
-def rule(name: str, sources: str, *, namespace: str = "shop", extra: str = "") -> str:
-    return f"""
-apiVersion: queuescale.io/v1alpha1
-kind: QueueScaler
-metadata: {{name: {name}, namespace: {namespace}}}
-spec:
-  scaleTargetRef: {{name: {name}}}
-  maxReplicas: 20
-  pollingInterval: 5s
-  policy: {{targetPerReplica: 5}}
-  sources:
-{sources}{extra}
-"""
+from tests.commandline import rule_file, run_check, write
+from tests.helpers import WRONG_KEY, add_traffic, new_queue, unique_queue
 
 
 def key_source_yaml(azurite: Azurite, queue: str, strategy: str = "approximate") -> str:
@@ -67,17 +39,11 @@ stringData:
 """
 
 
-def write(tmp_path: Path, name: str, text: str) -> str:
-    path = tmp_path / name
-    path.write_text(text)
-    return str(path)
-
-
 def test_check_counts_visible_invisible_and_delayed_messages_as_json(azurite: Azurite, tmp_path: Path) -> None:
     queue = new_queue(azurite)
     add_traffic(queue, visible=5, dequeued=3, delayed=2)
     sources = key_source_yaml(azurite, queue.queue_name) + key_source_yaml(azurite, queue.queue_name, "visible")
-    rules = write(tmp_path, "rule.yaml", rule("orders", sources))
+    rules = write(tmp_path, "rule.yaml", rule_file("orders", sources))
     secrets = write(tmp_path, "secrets.yaml", secrets_yaml(azurite))
 
     done = run_check(rules, "--secrets", secrets, "--json", "--current-replicas", "1")
@@ -100,7 +66,7 @@ def test_check_counts_visible_invisible_and_delayed_messages_as_json(azurite: Az
 def test_check_prints_counts_and_the_decision_for_people(azurite: Azurite, tmp_path: Path) -> None:
     queue = new_queue(azurite)
     add_traffic(queue, visible=12)
-    rules = write(tmp_path, "rule.yaml", rule("orders", key_source_yaml(azurite, queue.queue_name)))
+    rules = write(tmp_path, "rule.yaml", rule_file("orders", key_source_yaml(azurite, queue.queue_name)))
     done = run_check(rules, "--secrets", write(tmp_path, "s.yaml", secrets_yaml(azurite)))
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"  azure-queue {queue.queue_name}: 12\n" in done.stdout
@@ -115,7 +81,7 @@ def test_check_reads_a_connection_string_from_the_environment(azurite: Azurite, 
       queueName: {queue.queue_name}
       connectionSecretRef: {{name: orders-queue, key: connection-string}}
 """
-    rules = write(tmp_path, "rule.yaml", rule("orders", source))
+    rules = write(tmp_path, "rule.yaml", rule_file("orders", source))
     env_name = secret_env_name("orders-queue", "connection-string")
     assert env_name == "QUEUESCALE_SECRET_ORDERS_QUEUE_CONNECTION_STRING"
     done = run_check(rules, "--json", env={env_name: azurite.connection_string})
@@ -126,8 +92,8 @@ def test_check_reads_a_connection_string_from_the_environment(azurite: Azurite, 
 def test_check_reports_a_wrong_key_and_a_missing_queue_with_their_codes(azurite: Azurite, tmp_path: Path) -> None:
     queue = new_queue(azurite)
     missing = unique_queue()
-    wrong_key_rule = rule("wrong-key", key_source_yaml(azurite, queue.queue_name))
-    missing_rule = rule("missing", key_source_yaml(azurite, missing), namespace="other")
+    wrong_key_rule = rule_file("wrong-key", key_source_yaml(azurite, queue.queue_name))
+    missing_rule = rule_file("missing", key_source_yaml(azurite, missing), namespace="other")
     rules = write(tmp_path, "rules.yaml", wrong_key_rule + "---\n" + missing_rule)
     secrets = write(tmp_path, "s.yaml", secrets_yaml(azurite, WRONG_KEY).replace("namespace: shop", "")
                     + "---\n" + secrets_yaml(azurite).replace("namespace: shop", "namespace: other"))
@@ -165,7 +131,7 @@ def test_check_of_a_missing_file_or_bad_secrets_is_a_clear_error(tmp_path: Path,
     assert missing.returncode == 1
     assert "cannot read" in missing.stderr and missing.stdout == ""
 
-    rules = write(tmp_path, "rule.yaml", rule("orders", key_source_yaml(azurite, unique_queue())))
+    rules = write(tmp_path, "rule.yaml", rule_file("orders", key_source_yaml(azurite, unique_queue())))
     bad = write(tmp_path, "bad.yaml", "kind: Secret\nmetadata: {name: storage}\ndata: {account-key: '%%%topsecret'}\n")
     done = run_check(rules, "--secrets", bad)
     assert done.returncode == 1
@@ -175,7 +141,7 @@ def test_check_of_a_missing_file_or_bad_secrets_is_a_clear_error(tmp_path: Path,
 
 
 def test_check_without_the_secret_names_both_ways_to_give_it(azurite: Azurite, tmp_path: Path) -> None:
-    rules = write(tmp_path, "rule.yaml", rule("orders", key_source_yaml(azurite, unique_queue())))
+    rules = write(tmp_path, "rule.yaml", rule_file("orders", key_source_yaml(azurite, unique_queue())))
     done = run_check(rules)
     assert done.returncode == 1
     assert "SecretNotFound" in done.stdout

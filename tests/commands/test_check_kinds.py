@@ -8,7 +8,7 @@ from pathlib import Path
 
 import asyncpg
 
-from tests.commands.test_check_cli import rule, run_check, write
+from tests.commandline import rule_file, run_check, write
 from tests.servers import PG_SUPERUSER_PASSWORD, REDIS_PASSWORD, PostgresServer, RedisServer
 
 
@@ -23,7 +23,7 @@ def test_check_counts_a_redis_list_and_a_stream(redis_server: RedisServer, tmp_p
         passwordSecretRef: {{name: redis, key: password}}}}
     - {{type: redis-list, streamName: "{events}", consumerGroup: workers, urlSecretRef: {{name: redis, key: url}}}}
 """
-    rules = write(tmp_path, "rule.yaml", rule("thumbs", sources))
+    rules = write(tmp_path, "rule.yaml", rule_file("thumbs", sources))
     secrets = write(tmp_path, "secrets.yaml", f"""
 apiVersion: v1
 kind: Secret
@@ -48,7 +48,7 @@ def test_check_reports_a_wrong_redis_password_with_its_code(redis_server: RedisS
     sources = f"""    - {{type: redis-list, listName: jobs, host: 127.0.0.1, port: {redis_server.port},
         passwordSecretRef: {{name: redis, key: password}}}}
 """
-    rules = write(tmp_path, "rule.yaml", rule("thumbs", sources))
+    rules = write(tmp_path, "rule.yaml", rule_file("thumbs", sources))
     done = run_check(rules, env={"QUEUESCALE_SECRET_REDIS_PASSWORD": "wrong-" + REDIS_PASSWORD})
     assert done.returncode == 1
     assert "redis-list jobs: error AuthenticationFailed: Redis at 127.0.0.1:" in done.stdout
@@ -79,7 +79,7 @@ async def test_check_counts_due_unclaimed_rows_with_their_age(postgres_server: P
       sslMode: disable
       passwordSecretRef: {{name: shop-db, key: password}}
 """
-    rules = write(tmp_path, "rule.yaml", rule("reports", sources))
+    rules = write(tmp_path, "rule.yaml", rule_file("reports", sources))
 
     done = run_check(rules, "--json", env={"QUEUESCALE_SECRET_SHOP_DB_PASSWORD": PG_SUPERUSER_PASSWORD})
 

@@ -7,14 +7,12 @@ import argparse
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from controller.cli import build_parser
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.commandline import ROOT, queuescale, queuescale_command, subcommands
 
 
 def run_into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
@@ -22,7 +20,7 @@ def run_into_a_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
     read_end, write_end = os.pipe()
     os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, stdout=write_end,
+        return subprocess.run(queuescale_command(*args), cwd=ROOT, stdout=write_end,
                               stderr=subprocess.PIPE, text=True, timeout=120, check=False)
     finally:
         os.close(write_end)
@@ -64,14 +62,6 @@ def test_help_into_a_closed_pipe_is_quiet(args: list[str]) -> None:
 # --help: every argument says what it is, and every option that takes a value says its default
 
 
-def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    found: dict[str, argparse.ArgumentParser] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found.update(action.choices)
-    return found
-
-
 def _help_problems(name: str, parser: argparse.ArgumentParser) -> list[str]:
     problems = []
     for action in parser._actions:
@@ -89,7 +79,7 @@ def _help_problems(name: str, parser: argparse.ArgumentParser) -> list[str]:
 
 def test_every_argument_of_every_command_has_a_help_line_and_its_default() -> None:
     parser = build_parser()
-    commands = _subparsers(parser)
+    commands = subcommands(parser)
     assert set(commands) >= {"validate", "check", "simulate", "run", "demo", "convert-keda", "record"}
     problems = [p for name, sub in commands.items() for p in _help_problems(name, sub)]
     assert problems == []
@@ -107,8 +97,7 @@ def test_the_help_walker_finds_a_flag_without_help_or_default() -> None:
 
 
 def test_run_help_shows_the_defaults_of_the_lease_ports_and_log_format() -> None:
-    done = subprocess.run([sys.executable, "-m", "controller", "run", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=60, check=False, env={**os.environ, "COLUMNS": "200"})
+    done = queuescale("run", "--help", env={"COLUMNS": "200"}, timeout=60)
     assert done.returncode == 0
     entries: dict[str, str] = {}  # "--flag METAVAR" -> its help, joined over argparse's wrapped lines
     for line in done.stdout.splitlines():
@@ -123,8 +112,7 @@ def test_run_help_shows_the_defaults_of_the_lease_ports_and_log_format() -> None
 
 
 def test_simulate_without_a_scenario_is_a_usage_error() -> None:
-    done = subprocess.run([sys.executable, "-m", "controller", "simulate"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=60, check=False)
+    done = queuescale("simulate", timeout=60)
     assert done.returncode == 2
     assert done.stdout == ""
     assert "give --scenario NAME|FILE" in done.stderr and done.stderr.startswith("usage: ")

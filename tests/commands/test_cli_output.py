@@ -12,7 +12,6 @@ import re
 import select
 import shlex
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -22,10 +21,9 @@ import yaml
 from controller.cli import build_parser, main
 from controller.model.textfmt import duration, offset, plural
 from tests.azurite import Azurite
-from tests.commands.test_record import environ, rule_yaml
-from tests.helpers import new_queue
+from tests.commandline import ROOT, environ, queuescale, queuescale_command, subcommands
+from tests.helpers import new_queue, rule_yaml
 
-ROOT = Path(__file__).resolve().parents[2]
 ORDERS = "examples/orders-worker.yaml"
 KEDA = "examples/keda/orders-scaledobject.yaml"
 
@@ -46,19 +44,6 @@ UNREACHABLE_ENV = {
     "QUEUESCALE_SECRET_ORDERS_QUEUE_CONNECTION_STRING":
         "DefaultEndpointsProtocol=http;AccountName=acct;AccountKey=a2V5;QueueEndpoint=http://127.0.0.1:1/acct",
 }
-
-
-def cli(*args: str, stdin: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "controller", *args], cwd=ROOT, capture_output=True, text=True,
-                          input=stdin, timeout=120, check=False, env={**environ(), **(env or {})})
-
-
-def subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    found: dict[str, argparse.ArgumentParser] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found.update(action.choices)
-    return found
 
 
 def output_choices(parser: argparse.ArgumentParser) -> tuple[str, ...]:
@@ -116,7 +101,7 @@ FORMATS = [(command, output) for command, parser in sorted(subcommands(build_par
 
 @pytest.mark.parametrize(("command", "output"), FORMATS, ids=[f"{c} -o {o}" for c, o in FORMATS])
 def test_each_output_format_prints_what_it_names(command: str, output: str, unreachable_rule: str) -> None:
-    done = cli(*_invocation(command, unreachable_rule), "-o", output, env=UNREACHABLE_ENV)
+    done = queuescale(*_invocation(command, unreachable_rule), "-o", output, env=UNREACHABLE_ENV)
     assert done.returncode == (1 if command == "check" else 0), done.stderr  # the queue refused: a failed check
     assert done.stdout.strip(), done.stderr
     _parses_as(output, done.stdout)
@@ -124,24 +109,24 @@ def test_each_output_format_prints_what_it_names(command: str, output: str, unre
 
 
 def test_o_name_prints_kind_dot_group_slash_name() -> None:
-    assert cli("validate", ORDERS, "-o", "name").stdout == "queuescaler.queuescale.io/orders-worker\n"
-    assert cli("convert-keda", KEDA, "-o", "name").stdout == "queuescaler.queuescale.io/orders-worker\n"
+    assert queuescale("validate", ORDERS, "-o", "name").stdout == "queuescaler.queuescale.io/orders-worker\n"
+    assert queuescale("convert-keda", KEDA, "-o", "name").stdout == "queuescaler.queuescale.io/orders-worker\n"
 
 
 @pytest.mark.parametrize("command", ["check", "simulate"])
 def test_the_old_json_flag_is_o_json(command: str, unreachable_rule: str) -> None:
     args = _invocation(command, unreachable_rule)
-    assert cli(*args, "--json", env=UNREACHABLE_ENV).stdout == cli(*args, "-o", "json", env=UNREACHABLE_ENV).stdout
+    assert queuescale(*args, "--json", env=UNREACHABLE_ENV).stdout == queuescale(*args, "-o", "json", env=UNREACHABLE_ENV).stdout
 
 
 def test_convert_keda_o_json_of_several_objects_is_a_list_validate_reads_back(tmp_path: Path) -> None:
     two = tmp_path / "two.yaml"
     text = (ROOT / KEDA).read_text()
     two.write_text(text + "\n---\n" + text.replace("name: orders-worker\n", "name: invoices-worker\n", 1))
-    done = cli("convert-keda", str(two), "-o", "json")
+    done = queuescale("convert-keda", str(two), "-o", "json")
     listed = json.loads(done.stdout)
     assert listed["kind"] == "List" and len(listed["items"]) == 2
-    back = cli("validate", "-", stdin=done.stdout)
+    back = queuescale("validate", "-", stdin=done.stdout)
     assert back.returncode == 0, back.stdout + back.stderr
     assert "2 of 2 rules valid" in back.stderr
 
@@ -152,23 +137,23 @@ def test_convert_keda_o_json_of_several_objects_is_a_list_validate_reads_back(tm
 
 def test_every_rule_file_argument_reads_standard_input_for_a_dash(unreachable_rule: str) -> None:
     text = (ROOT / ORDERS).read_text()
-    assert cli("validate", "-", stdin=text).stderr == "1 of 1 rule valid\n"
-    checked = cli("check", "-", "-o", "name", stdin=UNREACHABLE_RULE, env=UNREACHABLE_ENV)
+    assert queuescale("validate", "-", stdin=text).stderr == "1 of 1 rule valid\n"
+    checked = queuescale("check", "-", "-o", "name", stdin=UNREACHABLE_RULE, env=UNREACHABLE_ENV)
     assert checked.stdout == "queuescaler.queuescale.io/orders-worker\n"
-    converted = cli("convert-keda", "-", stdin=(ROOT / KEDA).read_text())
+    converted = queuescale("convert-keda", "-", stdin=(ROOT / KEDA).read_text())
     assert converted.returncode == 0 and "kind: QueueScaler" in converted.stdout
-    simulated = cli("simulate", "--scenario", "flash-crowd", "--policy", "-", "-o", "name", stdin=text)
+    simulated = queuescale("simulate", "--scenario", "flash-crowd", "--policy", "-", "-o", "name", stdin=text)
     assert simulated.stdout == "orders-worker\n", simulated.stderr
-    keda = cli("simulate", "--scenario", "flash-crowd", "--keda", "-", "-o", "name", stdin=(ROOT / KEDA).read_text())
+    keda = queuescale("simulate", "--scenario", "flash-crowd", "--keda", "-", "-o", "name", stdin=(ROOT / KEDA).read_text())
     assert keda.stdout == "queuescale-default\nkeda:orders-worker\n", keda.stderr
-    recorded = cli("record", "-", "--duration", "1s", "--out", os.devnull, stdin=UNREACHABLE_RULE,
+    recorded = queuescale("record", "-", "--duration", "1s", "--out", os.devnull, stdin=UNREACHABLE_RULE,
                    env=UNREACHABLE_ENV)
     assert "shop/orders-worker: the first poll failed" in recorded.stderr  # the rule came from stdin
 
 
 def test_check_reads_its_secrets_from_standard_input(unreachable_rule: str) -> None:
     secret = "kind: Secret\nmetadata: {name: orders-queue}\nstringData: {connection-string: 'QueueEndpoint=x'}\n"
-    done = cli("check", unreachable_rule, "--secrets", "-", stdin=secret)
+    done = queuescale("check", unreachable_rule, "--secrets", "-", stdin=secret)
     assert "SecretNotFound" not in done.stdout, done.stdout  # the Secret on stdin was found
 
 
@@ -206,7 +191,7 @@ def test_a_bad_flag_value_is_a_usage_error_too(args: list[str], capsys: pytest.C
     (["record", ORDERS, "--duration", "0", "--out", os.devnull], "--duration"),
 ], ids=["demo --burst", "record --duration"])
 def test_an_option_value_checked_after_parsing_is_a_usage_error_too(args: list[str], flag: str) -> None:
-    done = cli(*args)
+    done = queuescale(*args)
     assert done.returncode == 2
     assert done.stdout == "" and f"{flag}: must be" in done.stderr
 
@@ -220,14 +205,14 @@ def test_an_option_value_checked_after_parsing_is_a_usage_error_too(args: list[s
 ], ids=lambda args: " ".join(args[:2]))
 def test_an_input_that_cannot_be_read_is_an_error_on_stderr_and_exit_1(args: list[str]) -> None:
     # validate is the exception by design: its findings, a file it cannot read among them, are its result.
-    done = cli(*args)
+    done = queuescale(*args)
     assert done.returncode == 1
     assert done.stdout == ""
     assert "missing.yaml" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_a_failed_check_exits_1_with_the_result_on_stdout(unreachable_rule: str) -> None:
-    done = cli("check", unreachable_rule, env=UNREACHABLE_ENV)
+    done = queuescale("check", unreachable_rule, env=UNREACHABLE_ENV)
     assert done.returncode == 1
     assert "orders-worker" in done.stdout and "error" in done.stdout
     assert done.stderr == "1 of 1 rule had a source that did not answer\n"
@@ -240,7 +225,7 @@ def test_a_failed_check_exits_1_with_the_result_on_stdout(unreachable_rule: str)
 def test_validate_says_a_file_is_empty(tmp_path: Path) -> None:
     empty = tmp_path / "empty.yaml"
     empty.write_text("# nothing yet\n---\n")
-    done = cli("validate", str(empty))
+    done = queuescale("validate", str(empty))
     assert done.stderr.splitlines()[0] == f"{empty}: empty: no objects in this file"
 
 
@@ -251,7 +236,7 @@ def test_validate_checks_the_items_of_a_list_as_kubectl_flattens_it(tmp_path: Pa
     broken = {**rule, "metadata": {"name": "broken"}, "spec": {**rule["spec"], "maxReplicas": -1}}
     listed = tmp_path / "list.yaml"
     listed.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [rule, broken, "text"]}))
-    done = cli("validate", str(listed))
+    done = queuescale("validate", str(listed))
     assert done.returncode == 1
     assert f"{listed}: document 1 is a List of 3 items: each item is checked" in done.stderr
     assert f"{listed}: document 1 (List): items[2] is not an object" in done.stdout
@@ -268,7 +253,7 @@ def test_a_duplicate_key_is_an_error_with_both_lines_as_strict_field_validation_
     lines.insert(at + 1, lines[at].replace(lines[at].split(":", 1)[1], " 99"))
     duplicated = tmp_path / "dup.yaml"
     duplicated.write_text("\n".join(lines) + "\n")
-    done = cli("validate", str(duplicated))
+    done = queuescale("validate", str(duplicated))
     assert done.returncode == 1
     assert done.stdout == f'{duplicated}: line {at + 2}: duplicate key "maxReplicas" (already set on line {at + 1})\n'
 
@@ -276,7 +261,7 @@ def test_a_duplicate_key_is_an_error_with_both_lines_as_strict_field_validation_
 def test_a_merge_key_overridden_on_purpose_is_not_a_duplicate(tmp_path: Path) -> None:
     anchored = tmp_path / "anchored.yaml"
     anchored.write_text("base: &base {a: 1, b: 2}\nother:\n  <<: *base\n  a: 3\n")
-    assert cli("validate", str(anchored)).stdout == ""
+    assert queuescale("validate", str(anchored)).stdout == ""
 
 
 def test_a_missing_parent_is_one_error_not_one_more_for_its_child(tmp_path: Path) -> None:
@@ -284,7 +269,7 @@ def test_a_missing_parent_is_one_error_not_one_more_for_its_child(tmp_path: Path
     del rule["spec"]["scaleTargetRef"]
     path = tmp_path / "rule.yaml"
     path.write_text(yaml.safe_dump(rule))
-    done = cli("validate", str(path))
+    done = queuescale("validate", str(path))
     assert done.stdout == f"{path}: orders-worker: spec.scaleTargetRef: is required\n"
     assert "1 error;" in done.stderr
 
@@ -395,7 +380,7 @@ def test_simulate_prints_a_short_scenario_in_seconds_not_a_fraction_of_an_hour(t
     scenario.write_text("name: short\nduration: 13s\nseed: 1\nslo: {waitSeconds: 30}\n"
                         "arrivals: [{type: burst, at: 0, messages: 5}]\n"
                         "workers: {startupDelay: 1s, serviceTime: 1s, maxReplicas: 2}\n")
-    done = cli("simulate", "--scenario", str(scenario), "--static", "1")
+    done = queuescale("simulate", "--scenario", str(scenario), "--static", "1")
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[0] == "scenario short: 13s, seed 1, SLO wait 30s"
 
@@ -407,7 +392,7 @@ def test_simulate_prints_a_short_scenario_in_seconds_not_a_fraction_of_an_hour(t
 def run_on_a_terminal(args: list[str], env: dict[str, str] | None = None, timeout: float = 120) -> tuple[int, str, str]:
     """Run with stderr on a pseudo-terminal (what a person sees) and stdout on a pipe; (code, stdout, terminal)."""
     controller, terminal = pty.openpty()
-    process = subprocess.Popen([sys.executable, "-m", "controller", *args], cwd=ROOT, stdout=subprocess.PIPE,
+    process = subprocess.Popen(queuescale_command(*args), cwd=ROOT, stdout=subprocess.PIPE,
                                stderr=terminal, stdin=subprocess.DEVNULL, text=False,
                                env={**environ(), "COLUMNS": "120", "TERM": "xterm", **(env or {})})
     os.close(terminal)
@@ -457,7 +442,7 @@ def test_simulate_quiet_on_a_terminal_draws_no_bar() -> None:
 
 
 def test_simulate_into_a_pipe_draws_no_bar_but_says_where_it_wrote(tmp_path: Path) -> None:
-    done = cli("simulate", "--scenario", "flash-crowd", "--static", "4", "--report", str(tmp_path / "r.html"))
+    done = queuescale("simulate", "--scenario", "flash-crowd", "--static", "4", "--report", str(tmp_path / "r.html"))
     assert done.returncode == 0
     assert done.stderr == f"report: {tmp_path / 'r.html'}\n"  # no bar, no \r, no escape codes in a log
 
@@ -474,12 +459,12 @@ def test_record_draws_a_bar_on_a_terminal_and_lines_into_a_pipe(azurite: Azurite
     assert "count 1 (the baseline" in terminal  # the lines still show, above the bar
     assert "recorded " in stdout and "trace written to" in stdout
 
-    piped = cli(*args)
+    piped = queuescale(*args)
     assert piped.returncode == 0, piped.stderr
     assert BAR not in piped.stderr and "\r" not in piped.stderr and "\x1b[" not in piped.stderr
     assert re.search(r"^\+ +0s  count 1 \(the baseline", piped.stderr, re.M), piped.stderr
 
-    quiet = cli(*args, "--quiet")
+    quiet = queuescale(*args, "--quiet")
     assert quiet.returncode == 0
     assert quiet.stderr == ""
     assert quiet.stdout.startswith("recorded ")

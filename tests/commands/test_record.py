@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
 import csv
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,39 +11,12 @@ import pytest
 from controller.commands.record import estimate_arrivals
 from controller.simulator.scenario import load_scenario, plan_arrivals
 from tests.azurite import ROOT, Azurite
-from tests.helpers import new_queue, unique_queue
-
-
-def rule_yaml(azurite: Azurite, queue: str) -> str:
-    return f"""
-apiVersion: queuescale.io/v1alpha1
-kind: QueueScaler
-metadata: {{name: orders-worker, namespace: shop}}
-spec:
-  scaleTargetRef: {{name: orders-worker}}
-  maxReplicas: 12
-  pollingInterval: 1s
-  sources:
-    - type: azure-queue
-      queueName: {queue}
-      accountName: {azurite.account}
-      endpoint: {azurite.endpoint}
-      accountKeySecretRef: {{name: storage, key: account-key}}
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: storage, namespace: shop}}
-data:
-  account-key: {base64.b64encode(azurite.key.encode()).decode()}
-"""
+from tests.commandline import environ, queuescale, queuescale_command
+from tests.helpers import new_queue, rule_yaml, unique_queue
 
 
 def record_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "controller", "record", *args]
-
-
-def environ() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("QUEUESCALE_SECRET_")}
+    return queuescale_command("record", *args)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -128,8 +98,7 @@ def test_record_writes_a_trace_the_simulator_replays_and_the_backlog_is_a_baseli
     assert [a.type for a in replay.arrivals] == ["trace", "burst"]
     assert replay.arrivals[1].at == (0.0,) and replay.arrivals[1].messages == 37  # the replay starts with them
     assert plan_arrivals(replay).total == 37 + 35
-    simulated = subprocess.run([sys.executable, "-m", "controller", "simulate", "--scenario", str(scenario)],
-                               cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    simulated = queuescale("simulate", "--scenario", str(scenario), timeout=60)
     assert simulated.returncode == 0, simulated.stdout + simulated.stderr
     assert "messages arrived" in simulated.stdout
 

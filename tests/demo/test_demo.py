@@ -7,12 +7,12 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from controller.sources.azure_auth import DEV_ACCOUNT_KEY
 from tests.azurite import ROOT
+from tests.commandline import alive, queuescale_command, started_pids
 
 QUICK = [
     "--burst", "24", "--burst-at", "1", "--second-burst", "0", "--work-time", "0.2", "--polling-interval", "1",
@@ -22,26 +22,7 @@ QUICK = [
 
 
 def demo_command(out: Path, *args: str) -> list[str]:
-    return [sys.executable, "-m", "controller", "demo", "--out", str(out), *args]
-
-
-def alive(pid: int) -> bool:
-    """Exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def started_pids(summary: dict[str, object]) -> list[int]:
-    azurite = summary["azurite"]
-    workers = summary["worker_processes"]
-    assert isinstance(azurite, dict) and isinstance(workers, list)
-    return [int(azurite["pid"]), *(int(w["pid"]) for w in workers)]
+    return queuescale_command("demo", "--out", str(out), *args)
 
 
 def test_demo_scales_up_for_the_burst_and_back_to_zero_then_stops_everything(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from controller.demo.options import DemoOptions
-from controller.demo.run import Sample, count_change, demo_rule_document
+from controller.demo.record import Sample, count_change, demo_rule_document
 from controller.model.rule import parse_queuescaler
 from tests.azurite import ROOT
 from tests.policy_helpers import Run

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from controller.simulator.run import Metrics
 from controller.simulator.scenario import load_scenario, plan_arrivals
 from controller.sources.azure_auth import DEV_ACCOUNT_KEY
 from tests.azurite import ROOT
-from tests.demo.test_demo import alive, started_pids
+from tests.commandline import alive, queuescale_command, started_pids
 
 SCENARIO = """\
 name: live-small
@@ -54,7 +53,7 @@ spec:
 
 
 def demo(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "controller", "demo", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run(queuescale_command("demo", *args), cwd=ROOT, capture_output=True,
                           text=True, timeout=timeout, check=False)
 
 

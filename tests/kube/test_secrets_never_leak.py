@@ -19,8 +19,8 @@ from controller.sources.azure_queue import AzureQueuePoller
 from controller.sources.base import SourceContext
 from controller.sources.retries import RetryPolicy
 from tests.azurite import Azurite
-from tests.commands.test_check_cli import WRONG_KEY, run_check, write
-from tests.helpers import DictSecrets, in_one_hour, key_source, new_queue, unique_queue
+from tests.commandline import run_check, write
+from tests.helpers import WRONG_KEY, DictSecrets, in_one_hour, key_source, new_queue, unique_queue
 
 FAST = RetryPolicy(request_timeout=0.5, first_delay=0.01, max_delay=0.05, max_attempts=2)
 

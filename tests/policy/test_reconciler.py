@@ -4,93 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from controller.model.readings import Reason, SourceReading
-from controller.model.rule import QueueScaler, ScaleTargetRef
-from controller.model.sources.base import SourceSpec
 from controller.net.slots import Slots
-from controller.reconciler import Reconciler, TickResult
+from controller.reconciler import Reconciler
 from controller.targets.base import ScaleState, TargetConflict, TargetError
-from tests.policy_helpers import make_spec
-
-
-class VirtualClock:
-    def __init__(self, start: float = 1_000.0) -> None:
-        self.time = start
-        self.sleeps: list[float] = []
-
-    def now(self) -> float:
-        return self.time
-
-    async def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.time += seconds
-        await asyncio.sleep(0)
-
-
-@dataclass
-class QueueSource:
-    """A source reading a number we set; or an error, or a hang, or a crash."""
-
-    counts: list[int | None]
-    hang: bool = False
-    crash: bool = False
-    spec: SourceSpec = field(default_factory=lambda: make_spec().sources[0])
-
-    async def poll(self, budget: float) -> SourceReading:
-        if self.crash:
-            raise RuntimeError("https://acme.queue.core.windows.net/q?sig=SECRET")
-        if self.hang:
-            await asyncio.sleep(3600)
-        count = self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
-        if count is None:
-            return SourceReading.failed("ServerBusy", "throttled")
-        return SourceReading.of(count)
-
-    async def aclose(self) -> None:
-        return None
-
-
-@dataclass
-class MemoryTarget:
-    replicas: int = 1
-    version: int = 1
-    conflicts: int = 0  # how many writes to refuse with 409, each after someone else set `other_writer`
-    other_writer: int | None = None
-    broken: TargetError | None = None
-    writes: list[int] = field(default_factory=list)
-    ref: ScaleTargetRef = field(default_factory=lambda: ScaleTargetRef("worker"))
-
-    async def read(self) -> ScaleState:
-        if self.broken:
-            raise self.broken
-        return ScaleState(self.replicas, self.replicas, str(self.version))
-
-    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
-        if self.conflicts:
-            self.conflicts -= 1
-            if self.other_writer is not None:
-                self.replicas = self.other_writer
-            self.version += 1
-            raise TargetConflict()
-        assert read.version == str(self.version)
-        self.replicas = replicas
-        self.version += 1
-        self.writes.append(replicas)
-        return ScaleState(replicas, replicas, str(self.version))
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.results: list[TickResult] = []
-
-    async def report(self, result: TickResult) -> None:
-        self.results.append(result)
-
-
-def rule(**spec: Any) -> QueueScaler:
-    return QueueScaler(name="r", namespace="ns", spec=make_spec(**spec))
+from tests.policy_helpers import Collect, MemoryTarget, QueueSource, VirtualClock, rule
 
 
 async def test_tick_polls_decides_scales_and_reports() -> None:

@@ -11,8 +11,7 @@ from controller.operator.options import OperatorOptions
 from controller.operator.runner import Operator, RuleState
 from controller.reconciler import Reconciler
 from controller.report.reporter import RuleReporter
-from tests.policy.test_reconciler import MemoryTarget, QueueSource, VirtualClock
-from tests.policy_helpers import make_spec
+from tests.policy_helpers import MemoryTarget, QueueSource, VirtualClock, make_spec
 
 
 class RecordingApi:

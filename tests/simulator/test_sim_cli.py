@@ -5,18 +5,17 @@ from __future__ import annotations
 import csv
 import json
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.commandline import queuescale
+
 KEYS = {"worker_seconds", "busy_worker_seconds", "efficiency", "wait_p50", "wait_p95", "wait_p99", "wait_max",
         "slo_violation_seconds", "scale_actions", "direction_reversals", "duplicate_deliveries", "expired_messages",
         "messages_arrived", "messages_processed"}
 
 
 def simulate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "controller", "simulate", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return queuescale("simulate", *args)
 
 
 def test_json_timeline_and_report_for_a_rule_and_the_baselines(tmp_path: Path) -> None:

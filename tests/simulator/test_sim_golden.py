@@ -12,9 +12,9 @@ import json
 from dataclasses import asdict
 
 from controller.commands.simulate import default_rule
-from controller.simulator.adapters import AwsTargetTracking, RuleAutoscaler, StaticAutoscaler
+from controller.simulator.adapters import AwsTargetTracking, StaticAutoscaler
 from controller.simulator.keda import KedaAutoscaler, parse_scaled_object
-from controller.simulator.run import Contender, RunResult, simulate
+from controller.simulator.run import Contender, RunResult, rule_contender, simulate
 from controller.simulator.scenario import library
 
 KEDA = {
@@ -52,7 +52,7 @@ def run_all(name: str, jobs: int = 1) -> str:
     rule = default_rule(scenario)
     scaled = parse_scaled_object(KEDA)
     contenders = [
-        Contender("rule", lambda w: RuleAutoscaler("rule", rule, w, scenario.start_epoch)),
+        rule_contender("rule", rule, scenario.start_epoch),
         Contender("keda", lambda w: KedaAutoscaler("keda", scaled, w)),
         Contender("static", lambda w: StaticAutoscaler("static", 7, w), initial_replicas=7),
         Contender("aws", lambda w: AwsTargetTracking("aws", 20.0, w, scenario.workers.max_replicas)),

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.commandline import queuescale
 
 
 def simulate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "controller", "simulate", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, check=False)
+    return queuescale("simulate", *args)
 
 
 def test_jobs_give_the_same_metrics_in_the_same_order_as_one_process() -> None:

@@ -13,13 +13,14 @@ from typing import Any, cast
 import pytest
 
 from controller.model.fields import SpecError
-from controller.model.rule import parse_queuescaler
-from controller.simulator.adapters import RuleAutoscaler, SimulatedSource, VirtualClock
+from controller.model.rule import QueueScaler
+from controller.simulator.adapters import SimulatedSource, VirtualClock
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
-from controller.simulator.run import Contender, RunResult, simulate
+from controller.simulator.run import Contender, RunResult, rule_contender, simulate
 from controller.simulator.scenario import Outage, QueueParams, Workers
 from controller.simulator.world import World
-from tests.sim_helpers import scenario
+from tests.policy_helpers import source
+from tests.sim_helpers import parse_rule, scenario
 from tests.simulator.test_sim_keda import FakeWorld
 
 OUTAGE = [{"start": 600, "end": 1200}]
@@ -35,22 +36,13 @@ def outage_scenario(outages: list[dict[str, Any]] | None = None, **overrides: An
     )
 
 
-def rule(fallback: dict[str, Any] | None = None) -> Any:
-    return parse_queuescaler({
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "orders"},
-        "spec": {
-            "scaleTargetRef": {"name": "worker"}, "minReplicas": 1, "maxReplicas": 50, "pollingInterval": 10,
-            "sources": [{"type": "azure-queue", "queueName": "orders",
-                         "connectionSecretRef": {"name": "s", "key": "k"}}],
-            "policy": {"targetPerReplica": 5},
-            **({"fallback": fallback} if fallback else {}),
-        },
-    })
+def rule(fallback: dict[str, Any] | None = None) -> QueueScaler:
+    return parse_rule("orders", minReplicas=1, maxReplicas=50, pollingInterval=10, sources=[source("orders")],
+                      policy={"targetPerReplica": 5}, **({"fallback": fallback} if fallback else {}))
 
 
 def run_rule(sc: Any, fallback: dict[str, Any] | None = None) -> RunResult:
-    r = rule(fallback)
-    return simulate(sc, [Contender("rule", lambda w: RuleAutoscaler("rule", r, w, sc.start_epoch))])[0]
+    return simulate(sc, [rule_contender("rule", rule(fallback), sc.start_epoch)])[0]
 
 
 def keda_object(spec: dict[str, Any] | None = None, queue_length: str = "10") -> ScaledObject:

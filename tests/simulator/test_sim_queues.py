@@ -12,13 +12,14 @@ import pytest
 
 from controller.commands.simulate import SimulateRequest, run
 from controller.model.fields import SpecError
-from controller.model.rule import parse_queuescaler
+from controller.model.rule import QueueScaler
 from controller.simulator.adapters import RuleAutoscaler, RuleError
 from controller.simulator.keda import KedaAutoscaler, parse_scaled_object
 from controller.simulator.run import build_world, simulate
 from controller.simulator.scenario import Scenario, library, parse_scenario, plan_arrivals
 from controller.simulator.world import MultiQueueWorld, World
-from tests.sim_helpers import scenario
+from tests.policy_helpers import source
+from tests.sim_helpers import parse_rule, scenario
 
 TWO_QUEUES = [
     {"name": "orders", "visibilityTimeout": 60, "arrivals": [{"type": "constant", "rate": 3}]},
@@ -37,17 +38,10 @@ def two_queues(**overrides: Any) -> Scenario:
 
 
 def rule(aggregation: str = "sum", names: tuple[str, ...] = ("orders", "refunds"),
-         weights: tuple[float, ...] = (1.0, 1.0)) -> Any:
-    return parse_queuescaler({
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "checkout"},
-        "spec": {
-            "scaleTargetRef": {"name": "worker"}, "maxReplicas": 50, "pollingInterval": 10,
-            "aggregation": aggregation,
-            "sources": [{"type": "azure-queue", "queueName": name, "weight": weight,
-                         "connectionSecretRef": {"name": "s", "key": "k"}} for name, weight in zip(names, weights, strict=True)],
-            "policy": {"targetPerReplica": 5},
-        },
-    })
+         weights: tuple[float, ...] = (1.0, 1.0)) -> QueueScaler:
+    return parse_rule("checkout", maxReplicas=50, pollingInterval=10, aggregation=aggregation,
+                      sources=[source(name, weight) for name, weight in zip(names, weights, strict=True)],
+                      policy={"targetPerReplica": 5})
 
 
 def test_each_queue_gets_its_own_arrivals_and_the_plan_adds_them_up() -> None:

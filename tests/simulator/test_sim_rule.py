@@ -8,8 +8,8 @@ from controller.commands.simulate import default_rule
 from controller.model.readings import Observation, ScalingMemory, SourceReading
 from controller.model.rule import QueueScaler, parse_queuescaler
 from controller.policy import decide, sizing
-from controller.simulator.adapters import RuleAutoscaler, VirtualClock
-from controller.simulator.run import Contender, simulate
+from controller.simulator.adapters import VirtualClock
+from controller.simulator.run import rule_contender, simulate
 from tests.sim_helpers import scenario
 
 RULE = """
@@ -45,7 +45,7 @@ def test_the_simulator_decides_exactly_as_a_direct_sequence_of_decide_calls() ->
                   {"type": "burst", "at": [600, 2400], "messages": 1500, "over": 60}],
     )
     rule = _rule()
-    result = simulate(sc, [Contender("orders", lambda w: RuleAutoscaler("orders", rule, w, sc.start_epoch))])[0]
+    result = simulate(sc, [rule_contender("orders", rule, sc.start_epoch)])[0]
     ticks = result.ticks
     assert len(ticks) == 360
     assert len({t.desired for t in ticks}) > 3  # it really scaled, up and down
@@ -89,7 +89,7 @@ def test_a_rule_schedule_follows_the_virtual_clock() -> None:
     doc["spec"]["schedules"] = [{"name": "office", "start": "08:00", "end": "09:00", "minReplicas": 5}]
     rule = parse_queuescaler(doc)
     sc = scenario(start="2026-01-05T07:30:00Z", duration=7200, arrivals=[{"type": "constant", "rate": 0}])
-    result = simulate(sc, [Contender("orders", lambda w: RuleAutoscaler("orders", rule, w, sc.start_epoch))])[0]
+    result = simulate(sc, [rule_contender("orders", rule, sc.start_epoch)])[0]
     assert result.scale_actions[0] == (1800, 0, 5)  # 08:00 is 30 minutes in
     assert result.scale_actions[1][0] >= 5400  # not before 09:00
     assert result.scale_actions[-1][2] == 0

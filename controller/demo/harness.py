@@ -1,0 +1,189 @@
+"""What every live run stands on: Azurite, one queue, worker processes, and the operator's own reconciler.
+
+Both live runs (`queuescale demo`, the default bursts, and `queuescale demo --scenario`) start the same things the
+same way and stop them the same way: every process they started, by PID, also on Ctrl-C, SIGTERM or an error. They
+differ only in what they send, what they record and what they write at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import httpx
+
+from controller.demo.azurite import AzuriteError, AzuriteQueueService
+from controller.demo.worker import CONNECTION_ENV
+from controller.model.rule import QueueScaler
+from controller.model.secrets import SecretUnavailable
+from controller.reconciler import Reconciler, Reporter, SystemClock
+from controller.sources import build_source
+from controller.sources.azure_auth import scrub
+from controller.sources.base import Source, SourceContext
+from controller.targets.local_process import LocalProcessTarget
+
+QUEUE_NAME = "demo-jobs"
+SECRET = ("demo-queue", "connection-string")
+EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
+SENDERS = 16  # threads sending messages: the emulator takes a burst faster from several
+
+
+class DemoSecrets:
+    """The rule's SecretResolver: the one connection string, never shown."""
+
+    def __init__(self, connection_string: str) -> None:
+        self._value = connection_string
+
+    def __repr__(self) -> str:
+        return "DemoSecrets(1 secret)"
+
+    async def __call__(self, name: str, key: str) -> str:
+        if (name, key) != SECRET:
+            raise SecretUnavailable("SecretNotFound", f"Secret '{name}' key '{key}' is not the demo's")
+        return self._value
+
+
+def worker_environ() -> dict[str, str]:
+    """The workers' environment: ours, minus any other connection strings or queuescale secrets."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("QUEUESCALE_SECRET_", "AZURE_STORAGE_"))}
+
+
+class LiveHarness:
+    """One live run's processes and their clean-up. `run(main)` runs `main` with everything stopped after it;
+    `close()` is the synchronous last resort (idempotent)."""
+
+    def __init__(self, out_dir: Path, out: TextIO, err: TextIO) -> None:
+        self.out_dir = out_dir
+        self.workers_dir = out_dir / "workers"
+        self.out = out
+        self.err = err
+        self.azurite: AzuriteQueueService | None = None
+        self.target: LocalProcessTarget | None = None
+        self.stop = asyncio.Event()  # set by Ctrl-C, SIGTERM, or the run when it is over
+        self.interrupted = False
+        self._service_client: Any = None
+        self._main: asyncio.Task[Any] | None = None
+
+    def run(self, main: Callable[[], Awaitable[int]]) -> int:
+        """Run `main` in a fresh event loop; returns its exit status. Every process started is stopped before this
+        returns, whatever happened."""
+        try:
+            return asyncio.run(self._guarded(main))
+        except KeyboardInterrupt:
+            print("demo: interrupted", file=self.err)
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            raise  # the reader of our output went away (`| head`): the command line ends quietly; clean-up still runs
+        except Exception as exc:  # e.g. Azurite died under us; everything started is still stopped below
+            first_line = (str(exc).splitlines() or [""])[0]
+            print(f"demo: failed: {type(exc).__name__}: {scrub(first_line)[:300]}", file=self.err)
+            return EXIT_FAILED
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop every process still running, whatever happened before. Idempotent."""
+        if self.target is not None:
+            self.target.close()
+        if self.azurite is not None:
+            self.azurite.stop()
+
+    async def _guarded(self, main: Callable[[], Awaitable[int]]) -> int:
+        try:
+            from azure.storage.queue import QueueServiceClient
+        except ImportError:
+            print("the demo's workers need the Azure Storage Queue SDK: pip install 'queuescale[demo]' "
+                  "(or run `bash scripts/bootstrap`)", file=self.err)
+            return EXIT_FAILED
+        self._service_client = QueueServiceClient
+        loop = asyncio.get_running_loop()
+        self._main = asyncio.current_task()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self._on_signal)
+        try:
+            return await main()
+        finally:
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(signum)
+
+    def _on_signal(self) -> None:
+        if self.interrupted and self._main is not None:
+            self._main.cancel()  # a second Ctrl-C: stop waiting for graceful ends (clean-up still runs)
+        self.interrupted = True
+        self.stop.set()
+
+    def clear_worker_logs(self) -> None:
+        """The output folder, without the worker logs of an earlier run (the run reads every log in it)."""
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        for old in self.workers_dir.glob("*.log") if self.workers_dir.exists() else []:
+            old.unlink()
+
+    async def start_queue(self) -> Any | None:
+        """Start Azurite and create the demo's queue; its queue client, or None when Azurite could not start (said
+        on err)."""
+        self.azurite = AzuriteQueueService()
+        print(f"starting Azurite on 127.0.0.1:{self.azurite.port} ...", file=self.out, flush=True)
+        try:
+            await asyncio.to_thread(self.azurite.start)
+        except AzuriteError as exc:
+            print(f"demo: {exc}", file=self.err)
+            return None
+        service = self._service_client.from_connection_string(self.azurite.connection_string)
+        return await asyncio.to_thread(service.create_queue, QUEUE_NAME)
+
+    def start_workers(self, worker_arguments: Sequence[str], grace_period: float) -> LocalProcessTarget:
+        """The local process target that runs `controller.demo.worker` on the demo's queue, one process a replica
+        (none yet: the reconciler starts them)."""
+        assert self.azurite is not None, "start_queue() first"
+        self.target = LocalProcessTarget(
+            [sys.executable, "-m", "controller.demo.worker", "--queue", QUEUE_NAME, *worker_arguments],
+            env={**worker_environ(), CONNECTION_ENV: self.azurite.connection_string},
+            ready_file=True,
+            grace_period=grace_period,
+            log_dir=self.workers_dir,
+        )
+        return self.target
+
+    @contextlib.asynccontextmanager
+    async def reconciling(self, rule: QueueScaler, reporter: Reporter) -> AsyncIterator[float]:
+        """The rule's reconciler scaling the workers from the real azure-queue source, until the block ends; yields
+        the wall-clock time it started. On the way out: the reconciler, the workers and Azurite are stopped."""
+        assert self.azurite is not None and self.target is not None, "start_queue() and start_workers() first"
+        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
+            source: Source = build_source(rule.spec.sources[0], SourceContext(
+                http=http, secrets=DemoSecrets(self.azurite.connection_string), namespace=rule.namespace))
+            reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=reporter)
+            started = time.time()
+            loop_task = asyncio.create_task(reconciler.run(self.stop))
+            try:
+                yield started
+            finally:
+                self.stop.set()
+                await finish(loop_task)
+                await source.aclose()
+                await self.target.aclose()
+                self.azurite.stop()
+
+    def processes(self, started: float) -> list[dict[str, object]]:
+        """Every worker process the run started, with its times since `started`, for the summary."""
+        assert self.target is not None
+        return [
+            {"pid": p.pid, "replica": p.replica, "started": round(p.started - started, 2),
+             "stopped": None if p.stopped is None else round(p.stopped - started, 2),
+             "exit_code": p.exit_code, "killed": p.killed}
+            for p in self.target.started
+        ]
+
+
+async def finish(*tasks: asyncio.Task[Any]) -> None:
+    """Wait for each task to end; what it raised or a cancellation is its own business, the clean-up goes on."""
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
