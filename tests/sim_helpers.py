@@ -46,3 +46,21 @@ class ScaleAt:
 
 def run_scripted(sc: Scenario, plan: dict[int, int], **kwargs: Any) -> RunResult:
     return simulate(sc, [Contender("scripted", lambda w: ScaleAt(w, plan), **kwargs)])[0]
+
+
+class FakeWorld:
+    """Just the counts and the replica count a KEDA emulation reads and writes."""
+
+    def __init__(self, count: int, desired: int) -> None:
+        self.visible_count = count
+        self.approximate_count = count
+        self.desired = desired
+        self.ready = desired  # pods are ready at once here
+        self.changes: list[tuple[int, int]] = []
+
+    def set_count(self, count: int) -> None:
+        self.visible_count = self.approximate_count = count
+
+    def set_desired(self, replicas: int, t: int) -> None:
+        self.desired = self.ready = replicas
+        self.changes.append((t, replicas))

@@ -43,7 +43,7 @@ from controller.simulator.keda import (
     stabilize_recommendation_with_behaviors,
 )
 from controller.simulator.world import World
-from tests.simulator.test_sim_keda import FakeWorld
+from tests.sim_helpers import FakeWorld
 
 NOW = 100_000.0
 HORIZONTAL = "horizontal_test.go"

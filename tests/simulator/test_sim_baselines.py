@@ -6,8 +6,7 @@ from typing import cast
 
 from controller.simulator.adapters import AwsTargetTracking
 from controller.simulator.world import World
-from tests.sim_helpers import run_scripted, scenario
-from tests.simulator.test_sim_keda import FakeWorld
+from tests.sim_helpers import FakeWorld, run_scripted, scenario
 
 
 async def test_aws_target_tracking_scales_out_at_once_and_in_gradually() -> None:

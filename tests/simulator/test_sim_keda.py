@@ -10,7 +10,7 @@ from controller.model.fields import SpecError
 from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
 from controller.simulator.run import Contender, simulate
 from controller.simulator.world import World
-from tests.sim_helpers import scenario
+from tests.sim_helpers import FakeWorld, scenario
 
 
 def scaled_object(spec: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None) -> ScaledObject:
@@ -21,24 +21,6 @@ def scaled_object(spec: dict[str, Any] | None = None, metadata: dict[str, Any] |
         "metadata": {"name": "orders"},
         "spec": {"scaleTargetRef": {"name": "orders-worker"}, "triggers": [trigger], **(spec or {})},
     })
-
-
-class FakeWorld:
-    """Just the counts and the replica count a KEDA emulation reads and writes."""
-
-    def __init__(self, count: int, desired: int) -> None:
-        self.visible_count = count
-        self.approximate_count = count
-        self.desired = desired
-        self.ready = desired  # pods are ready at once here
-        self.changes: list[tuple[int, int]] = []
-
-    def set_count(self, count: int) -> None:
-        self.visible_count = self.approximate_count = count
-
-    def set_desired(self, replicas: int, t: int) -> None:
-        self.desired = self.ready = replicas
-        self.changes.append((t, replicas))
 
 
 async def drive(keda: KedaAutoscaler, world: FakeWorld, until: int, counts: dict[int, int]) -> None:

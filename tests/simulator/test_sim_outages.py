@@ -20,8 +20,7 @@ from controller.simulator.run import Contender, RunResult, rule_contender, simul
 from controller.simulator.scenario import Outage, QueueParams, Workers
 from controller.simulator.world import World
 from tests.policy_helpers import source
-from tests.sim_helpers import parse_rule, scenario
-from tests.simulator.test_sim_keda import FakeWorld
+from tests.sim_helpers import FakeWorld, parse_rule, scenario
 
 OUTAGE = [{"start": 600, "end": 1200}]
 
