@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from controller.kube.api import KubeApi, KubeError, rules_path
+from controller.kube.api import KubeApi, rules_path
+from controller.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,8 @@ from typing import Any
 import httpx
 
 from controller import __version__
-from controller.kube.api import KubeApi, KubeError, core_path, load_configuration, rules_path
+from controller.kube.api import KubeApi, core_path, load_configuration, rules_path
+from controller.kube.errors import KubeError
 from controller.kube.events import EventRecorder, ObjectRef
 from controller.kube.lease import LeaderElector
 from controller.kube.ownership import HpaWatch, Ownership
@@ -159,8 +160,7 @@ class Operator:
         await self.api.request("POST", core_path("events", namespace), body=body)
 
     def _kubernetes_target(self, rule: QueueScaler) -> Target:
-        return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace,
-                                     workloads=self.workloads, limiter=self.api.limiter)
+        return KubernetesScaleTarget(self.api, rule.spec.scale_target_ref, rule.namespace, workloads=self.workloads)
 
     def _began_leading(self) -> None:
         self._leading_since = self.clock.now()

@@ -20,7 +20,8 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 
-from controller.kube.api import KubeApi, KubeError, load_configuration
+from controller.kube.api import KubeApi, load_configuration
+from controller.kube.errors import KubeError
 from controller.kube.rules import RuleWatcher
 from tests.fakekube import FakeKube
 from tests.operator_harness import ROOT

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.kube.api import KubeError
+from controller.kube.errors import KubeError
 from controller.model.rule import QueueScaler
 from controller.operator.options import OperatorOptions
 from controller.operator.runner import Operator, RuleState
