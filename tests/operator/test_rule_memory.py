@@ -30,7 +30,8 @@ from controller.kube.api import KubeApi, load_configuration
 from controller.kube.rules import RuleWatcher
 from controller.net.transport import polling_client
 from controller.operator.options import OperatorOptions
-from controller.operator.runner import Operator, RuleState
+from controller.operator.runner import Operator
+from controller.operator.state import RuleState
 from controller.report.reporter import RuleReporter
 from tests.azurite import Azurite
 from tests.fakekube import FakeKube

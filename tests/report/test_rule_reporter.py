@@ -8,7 +8,8 @@ from typing import Any
 from controller.kube.errors import KubeError
 from controller.model.rule import QueueScaler
 from controller.operator.options import OperatorOptions
-from controller.operator.runner import Operator, RuleState
+from controller.operator.runner import Operator
+from controller.operator.state import RuleState
 from controller.reconciler import Reconciler
 from controller.report.reporter import RuleReporter
 from tests.policy.test_reconciler import MemoryTarget, QueueSource, VirtualClock
@@ -44,7 +45,7 @@ async def setup(counts: list[int | None], *, rules: int = 1, **options: Any) -> 
     operator.rules = {f"ns/r{i}": RuleState(key=f"ns/r{i}", obj={}) for i in range(1, rules)}
     operator.rules[state.key] = state
     reconciler = Reconciler(rule, [QueueSource(counts)], MemoryTarget(replicas=1), clock,
-                            RuleReporter(operator, state))
+                            RuleReporter(operator.reporting, state))
     return reconciler, api, clock, operator
 
 
