@@ -1,7 +1,8 @@
 """What a failed Kubernetes API call means: the one map from an answer (or its absence) to a `KubeError`.
 
 Every call the operator makes goes through `KubeApi`, so this is the only place that reads a failed answer: its
-HTTP status, the `metav1.Status` body the API server sends with it (reason and message), and Retry-After. Callers
+HTTP status, the `metav1.Status` body the API server sends with it (reason and message), and Retry-After; and the
+Status a watch sends as an ERROR event. Callers
 switch on `status` (and `retryable`); the scale target words its own messages from what the Status said
 (`stated`), because "not found: fix scaleTargetRef" helps a user more than the server's sentence alone.
 """
@@ -52,6 +53,14 @@ def error_from_answer(status: int, reason_phrase: str, body: object, headers: Ma
     stated = stated_status(body)
     return KubeError(status, stated.reason or reason_phrase or "Unknown",
                      stated.message or reason_phrase or f"HTTP {status}", retry_after(headers), stated=stated)
+
+
+def error_from_status(status: Mapping[str, object]) -> KubeError:
+    """The KubeError for a Status object that came as a watch's ERROR event (410 when the version expired)."""
+    code = status.get("code")
+    reason, message = str(status.get("reason") or ""), str(status.get("message") or "")
+    return KubeError(code if isinstance(code, int) else 500, reason or "WatchError", message or "an ERROR event",
+                     stated=StatedStatus(reason, message))
 
 
 def stated_status(body: object) -> StatedStatus:

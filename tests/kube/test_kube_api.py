@@ -16,7 +16,7 @@ import yaml
 from kubernetes import client, config
 
 from controller.kube.api import KubeApi, KubeConfigurationError, core_path, load_configuration
-from controller.kube.errors import TEXT_ERROR_MAX_SIZE, KubeError, StatedStatus, error_from_answer
+from controller.kube.errors import TEXT_ERROR_MAX_SIZE, KubeError, StatedStatus, error_from_answer, error_from_status
 from tests.azurite import free_port
 from tests.fakekube import FakeKube
 from tests.fakekube.tls import issue
@@ -56,6 +56,14 @@ def test_an_answer_that_is_not_a_status_is_named_by_its_reason_phrase_and_quoted
     assert error.retryable
     assert error.stated.text == page[:TEXT_ERROR_MAX_SIZE] and not error.stated.reason
     assert error_from_answer(418, "", None, None).message == "HTTP 418"
+
+
+def test_a_watch_error_event_is_read_like_a_failed_answer() -> None:
+    expired = error_from_status({"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"})
+    assert (expired.status, expired.reason, expired.message) == (410, "Expired", "too old")
+    assert expired.stated == StatedStatus("Expired", "too old") and not expired.retryable
+    bare = error_from_status({})
+    assert (bare.status, bare.reason, bare.message) == (500, "WatchError", "an ERROR event") and bare.retryable
 
 
 async def test_without_a_proxy_in_the_environment_no_request_looks_for_a_netrc_file(
