@@ -16,12 +16,11 @@ from controller.kube.errors import KubeError
 from controller.kube.events import EventRecorder, ObjectRef, event_sender
 from controller.kube.secrets import secret_reader
 from controller.kube.status import write_status
-from controller.model.rule import API_GROUP, API_VERSION, KIND
+from controller.model.rule import KIND
 from tests.fakekube import FakeKube
-from tests.operator_harness import ROOT
+from tests.operator_harness import ROOT, RULES_API
 
 NS = "shop"
-RULES_API = f"{API_GROUP}/{API_VERSION}"
 
 
 @pytest.fixture
