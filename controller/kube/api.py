@@ -1,7 +1,8 @@
 """A thin asyncio layer over the official client (`kubernetes.aio`): config loading, JSON requests, watches.
 
-Every call goes through `request()` (plain dicts in and out, no generated models: the operator reads a few fields
-of a few kinds) or `watch()` (a chunked stream of watch events). Errors are `KubeError` with the HTTP status.
+Every call goes through `call()` / `request()` (plain JSON in and out, no generated models: the operator reads a
+few fields of a few kinds) or `watch()` (a chunked stream of watch events). Errors are `KubeError` with the HTTP
+status, read by the one map of controller/kube/errors.py.
 """
 
 from __future__ import annotations

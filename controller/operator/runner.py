@@ -42,8 +42,7 @@ from controller.net.slots import Slots
 from controller.net.transport import polling_client
 from controller.operator.heap import settle_the_heap
 from controller.operator.options import MAX_SPREAD, OperatorOptions
-from controller.operator.state import RuleState, is_ready, kept, rule_key
-from controller.operator.state import fingerprint as rule_fingerprint
+from controller.operator.state import RuleState, is_ready, kept, rule_fingerprint, rule_key
 from controller.reconciler import Clock, Reconciler, SystemClock
 from controller.report.metrics import Metrics
 from controller.report.reporter import ReportedRule, Reporting, RuleReporter
@@ -371,14 +370,11 @@ class Operator:
         await self._reporter(state).invalid(state.name, generation, state.errors)
 
     async def _write_submitted(self, item: tuple[ReportedRule, Status, float]) -> None:
-        reported, status, now = item
-        state = self.rules.get(reported.key)
-        if state is reported:  # not deleted (or re-created) while the write waited
-            await self._write_status(state, status, now)
+        await self._write_reported(*item)
 
     async def _write_reported(self, reported: ReportedRule, status: Status, now: float) -> bool:
         state = self.rules.get(reported.key)
-        if state is not reported:  # deleted (or re-created) meanwhile
+        if state is None or state is not reported:  # deleted (or re-created) while the write waited
             return False
         return await self._write_status(state, status, now)
 

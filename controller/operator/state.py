@@ -48,7 +48,7 @@ class RuleState:
         return ObjectRef(f"{API_GROUP}/{API_VERSION}", KIND, self.name, self.namespace, self.uid)
 
 
-def fingerprint(obj: dict[str, Any]) -> tuple[object, ...]:
+def rule_fingerprint(obj: dict[str, Any]) -> tuple[object, ...]:
     """What makes a rule different for the operator: its spec (generation) and the pause annotation."""
     meta = obj.get("metadata") or {}
     annotations = meta.get("annotations") or {}
