@@ -19,11 +19,13 @@ import yaml
 from azure.storage.queue import QueueServiceClient
 from kubernetes import client as kube_client
 
+from controller.model.rule import API_GROUP, API_VERSION
 from tests.azurite import Azurite, free_port
 from tests.fakekube.server import FakeKube
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "shop"
+RULES_API = f"{API_GROUP}/{API_VERSION}"  # a QueueScaler's apiVersion
 
 
 def wait_for(
@@ -149,7 +151,7 @@ def secret(api: kube_client.ApiClient, name: str, values: dict[str, str], allowe
 
 def rule(api: kube_client.ApiClient, name: str, queue: str, secret_name: str, **spec: Any) -> None:
     body: dict[str, Any] = {
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+        "apiVersion": RULES_API, "kind": "QueueScaler",
         "metadata": {"name": name, "namespace": NS},
         "spec": {
             "scaleTargetRef": {"name": name},
@@ -161,7 +163,7 @@ def rule(api: kube_client.ApiClient, name: str, queue: str, secret_name: str, **
             **spec,
         },
     }
-    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", body)
+    custom(api).create_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", body)
 
 
 def custom(api: kube_client.ApiClient) -> kube_client.CustomObjectsApi:
@@ -173,7 +175,7 @@ def replicas(kube: FakeKube, name: str) -> int:
 
 
 def status(kube: FakeKube, name: str) -> dict[str, Any]:
-    return dict(kube.get("queuescale.io/v1alpha1", "QueueScaler", name, NS).get("status") or {})
+    return dict(kube.get(RULES_API, "QueueScaler", name, NS).get("status") or {})
 
 
 def condition(kube: FakeKube, name: str, kind: str) -> dict[str, Any]:

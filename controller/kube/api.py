@@ -1,7 +1,8 @@
 """A thin asyncio layer over the official client (`kubernetes.aio`): config loading, JSON requests, watches.
 
-Every call goes through `request()` (plain dicts in and out, no generated models: the operator reads a few fields
-of a few kinds) or `watch()` (a chunked stream of watch events). Errors are `KubeError` with the HTTP status.
+Every call goes through `call()` / `request()` (plain JSON in and out, no generated models: the operator reads a
+few fields of a few kinds) or `watch()` (a chunked stream of watch events). Errors are `KubeError` with the HTTP
+status, read by the one map of controller/kube/errors.py.
 """
 
 from __future__ import annotations
@@ -14,39 +15,29 @@ import random
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
+import aiohttp
 from kubernetes.aio import client as aio_client
 from kubernetes.aio import config as aio_config
 from kubernetes.aio.config.config_exception import ConfigException
 
+from controller.kube.errors import KubeError, error_from_answer
 from controller.kube.ratelimit import TokenBucket
+from controller.model.rule import API_GROUP, API_VERSION
 
 log = logging.getLogger(__name__)
 
+# How a request meets the client-side limiter (see KubeApi.call).
+Limit = Literal["wait", "charge", "none"]
 MERGE_PATCH = "application/merge-patch+json"
-GROUP = "queuescale.io"
-VERSION = "v1alpha1"
 PLURAL = "queuescalers"
 # The longest watch event read: the API server refuses a request body over 3 MiB (and etcd an object over 1.5 MiB),
 # so a real event is far shorter; the bound only keeps a broken stream from filling memory.
 MAX_WATCH_EVENT = 16 * 1024 * 1024
-
-
-class KubeError(Exception):
-    """A failed API call: HTTP `status` (0 for no answer), the Status `reason`, and a message without secrets."""
-
-    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
-        super().__init__(f"{status} {reason}: {message}")
-        self.status = status
-        self.reason = reason
-        self.message = message
-        self.retry_after = retry_after
-
-    @property
-    def retryable(self) -> bool:
-        return self.status in (0, 408, 429) or self.status >= 500
+# The read buffer the official client gives its session (kubernetes.aio.client.rest), kept when it is replaced.
+CLIENT_READ_BUFFER = 2**21
 
 
 class KubeConfigurationError(Exception):
@@ -115,8 +106,8 @@ class KubeApi:
         self, configuration: aio_client.Configuration, *, timeout: float = 30.0, user_agent: str | None = None,
         max_watch_event: int = MAX_WATCH_EVENT, limiter: TokenBucket | None = None,
     ) -> None:
-        """`limiter`: every request but watches and those made with `limited=False` (the leader Lease) waits for
-        a token of it first (see controller/kube/ratelimit.py)."""
+        """`limiter`: every request but watches and those made with `limit="none"` (the leader Lease) takes a
+        token of it first (see controller/kube/ratelimit.py)."""
         self.api_client = aio_client.ApiClient(configuration)
         self.limiter = limiter
         self.max_watch_event = max_watch_event
@@ -138,29 +129,49 @@ class KubeApi:
         body: object = None,
         content_type: str = "application/json",
         timeout: float | None = None,
-        limited: bool = True,
+        limit: Limit = "wait",
     ) -> dict[str, Any]:
-        """One request, after a token of the limiter when `limited`. The lease's renewals are not limited: a
-        leader that loses its lease while its status writes queue would stop scaling for nothing (client-go's
-        leader election, too, has a client of its own)."""
-        if limited and self.limiter is not None:
-            await self.limiter.acquire()
+        """One request whose answer is a JSON object (any other answer reads as `{}`); see `call`."""
+        result = await self.call(method, path, query=query, body=body, content_type=content_type, timeout=timeout,
+                                 limit=limit)
+        return result if isinstance(result, dict) else {}
+
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str | int] | None = None,
+        body: object = None,
+        content_type: str = "application/json",
+        timeout: float | None = None,
+        limit: Limit = "wait",
+    ) -> object:
+        """One request; the decoded JSON answer, whatever its shape. `limit`: "wait" for a token of the limiter
+        first; "charge" a token without waiting (a scale is never held back behind status writes: the limiter
+        makes the requests after it wait instead); "none" for the lease's renewals: a leader that loses its lease
+        while its status writes queue would stop scaling for nothing (client-go's leader election, too, has a
+        client of its own). Raises KubeError (controller/kube/errors.py)."""
+        if self.limiter is not None:
+            if limit == "wait":
+                await self.limiter.acquire()
+            elif limit == "charge":
+                self.limiter.charge()
         headers = {"Accept": "application/json", "Content-Type": content_type}
         try:
-            result = await self.api_client.call_api(
+            return await self.api_client.call_api(
                 path, method, query_params=list((query or {}).items()), header_params=headers, body=body,
                 response_types_map={200: "object", 201: "object", 202: "object"}, auth_settings=["BearerToken"],
                 _return_http_data_only=True, _preload_content=True, _request_timeout=timeout or self.timeout,
             )
         except aio_client.ApiException as exc:
-            raise _error_from(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
+            raise error_from_answer(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
         except (TimeoutError, OSError) as exc:
             raise self._no_answer(exc) from None
         except Exception as exc:  # aiohttp's client errors
             if type(exc).__module__.startswith("aiohttp"):
                 raise self._no_answer(exc) from None
             raise
-        return result if isinstance(result, dict) else {}
 
     def _no_answer(self, exc: BaseException) -> KubeError:
         """The KubeError for a request the API server did not answer; an untrusted certificate says so (once in
@@ -207,7 +218,7 @@ class KubeApi:
                 auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout_seconds + 30,
             )
         except aio_client.ApiException as exc:
-            raise _error_from(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
+            raise error_from_answer(exc.status or 0, exc.reason or "", exc.body, exc.headers) from None
         except Exception as exc:
             if isinstance(exc, TimeoutError | OSError) or type(exc).__module__.startswith("aiohttp"):
                 raise self._no_answer(exc) from None
@@ -215,7 +226,7 @@ class KubeApi:
         try:
             if not 200 <= response.status < 300:
                 body = await response.read()
-                raise _error_from(response.status, response.reason or "", body, response.headers)
+                raise error_from_answer(response.status, response.reason or "", body, response.headers)
             async for line in _lines(response.content, self.max_watch_event):
                 try:
                     event = json.loads(line)
@@ -292,37 +303,23 @@ def _skip_netrc(api_client: aio_client.ApiClient) -> None:
     """The official client's aiohttp session trusts the environment, so aiohttp looks for ~/.netrc in a worker
     thread on every request (a thread hop per API call), and a netrc entry for the API server's host makes every
     call fail next to the bearer token. When no proxy is set in the environment, there is nothing else to trust
-    it for: turn it off."""
+    it for: the session is replaced by one that does not trust it.
+
+    The client has no setting for it (kubernetes.aio's RESTClientObject builds its session with trust_env=True
+    and takes no session from outside), so the replacement keeps the client's connector (its pool and TLS
+    context): `detach()` closes the old session without closing the connector, which the new session then owns."""
     if any(os.environ.get(name) or os.environ.get(name.lower()) for name in _PROXY_VARIABLES):
         return
-    session = getattr(getattr(api_client, "rest_client", None), "pool_manager", None)
-    if session is not None and hasattr(session, "_trust_env"):
-        session._trust_env = False  # no public setter; checked by tests/kube/test_fakekube.py
-
-
-def _error_from(status: int, reason: str, body: object, headers: Any) -> KubeError:
-    message = reason
-    status_reason = reason
-    if isinstance(body, bytes | str):
-        try:
-            parsed = json.loads(body)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            parsed = None
-        if isinstance(parsed, dict):
-            message = str(parsed.get("message") or message)
-            status_reason = str(parsed.get("reason") or status_reason)
-    retry_after = None
-    if headers is not None:
-        raw = headers.get("Retry-After")
-        try:
-            retry_after = float(raw) if raw is not None else None
-        except ValueError:
-            retry_after = None
-    return KubeError(status, status_reason or "Unknown", message or f"HTTP {status}", retry_after)
+    rest_client = api_client.rest_client
+    trusting = rest_client.pool_manager
+    connector = trusting.connector
+    trusting.detach()
+    rest_client.pool_manager = aiohttp.ClientSession(connector=connector, trust_env=False,
+                                                     read_bufsize=CLIENT_READ_BUFFER)
 
 
 def rules_path(namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
-    base = f"/apis/{GROUP}/{VERSION}"
+    base = f"/apis/{API_GROUP}/{API_VERSION}"
     path = f"{base}/namespaces/{quote(namespace)}/{PLURAL}" if namespace else f"{base}/{PLURAL}"
     if name:
         path += f"/{quote(name)}"

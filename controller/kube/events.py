@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from controller.kube.api import KubeApi, core_path
 from controller.kube.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,15 @@ class EventLimiter:
 
 
 Sender = Callable[[str, dict[str, Any]], Any]  # (namespace, body) -> awaitable
+
+
+def event_sender(api: KubeApi) -> Sender:
+    """Creates each Event through the API server (a POST in the object's namespace)."""
+
+    async def send(namespace: str, body: dict[str, Any]) -> None:
+        await api.request("POST", core_path("events", namespace), body=body)
+
+    return send
 
 
 class EventRecorder:

@@ -15,7 +15,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from controller.kube.api import KubeApi, KubeError, lease_path
+from controller.kube.api import KubeApi, lease_path
+from controller.kube.errors import KubeError
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class LeaderElector:
         path = lease_path(self.namespace, self.name)
         now_wall = self._wall()
         try:
-            lease = await self.api.request("GET", path, timeout=self.renew_deadline / 2, limited=False)
+            lease = await self.api.request("GET", path, timeout=self.renew_deadline / 2, limit="none")
         except KubeError as exc:
             if exc.status != 404:
                 log.info("could not read the lease: %s %s", exc.status, exc.reason)
@@ -128,7 +129,7 @@ class LeaderElector:
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease.get("metadata", {}),
                 "spec": new_spec}
         try:
-            updated = await self.api.request("PUT", path, body=body, timeout=self.renew_deadline / 2, limited=False)
+            updated = await self.api.request("PUT", path, body=body, timeout=self.renew_deadline / 2, limit="none")
         except KubeError as exc:
             if exc.status != 409:
                 log.info("could not write the lease: %s %s", exc.status, exc.reason)
@@ -153,7 +154,7 @@ class LeaderElector:
         }
         try:
             await self.api.request("POST", lease_path(self.namespace), body=body, timeout=self.renew_deadline / 2,
-                                   limited=False)
+                                   limit="none")
         except KubeError as exc:
             if exc.status != 409:
                 log.info("could not create the lease: %s %s", exc.status, exc.reason)
@@ -166,14 +167,14 @@ class LeaderElector:
             return
         path = lease_path(self.namespace, self.name)
         try:
-            lease = await self.api.request("GET", path, timeout=5, limited=False)
+            lease = await self.api.request("GET", path, timeout=5, limit="none")
             spec = dict(lease.get("spec") or {})
             if spec.get("holderIdentity") != self.identity:
                 return
             spec.update({"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": micro_time(self._wall())})
             body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease.get("metadata", {}),
                     "spec": spec}
-            await self.api.request("PUT", path, body=body, timeout=5, limited=False)
+            await self.api.request("PUT", path, body=body, timeout=5, limit="none")
             log.info("released the lease %s/%s", self.namespace, self.name)
         except KubeError as exc:
             log.warning("could not release the lease: %s %s", exc.status, exc.reason)

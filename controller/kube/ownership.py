@@ -16,6 +16,9 @@ step, so it refuses at every tick. The HPAs are known from one list+watch per wa
 the HPA path): a few objects, read once, instead of a GET per target per interval (10,000 rules would be 10,000
 GETs per check). Without RBAC to list them (403) or without the autoscaling/v2 API (404), the check is skipped:
 logged once, retried every `recheck` seconds, so granting the permission later needs no restart.
+
+This module only knows; `controller.targets.guards.OwnedTarget` asks `Ownership.conflict` before each read and
+scale of a rule's target, and refuses.
 """
 
 from __future__ import annotations
@@ -28,11 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from controller.kube.api import KubeApi, KubeError
+from controller.kube.api import KubeApi
+from controller.kube.errors import KubeError
 from controller.kube.rules import RuleWatcher, until_listable
 from controller.kube.timestamps import parse_rfc3339
-from controller.model.rule import QueueScaler, ScaleTargetRef
-from controller.targets.base import ScaleState, Target, TargetError
+from controller.model.rule import QueueScaler
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,14 @@ TARGET_CONFLICT = "TargetConflict"
 HPA_CONFLICT = "HPAConflict"
 CONFLICT_CODES = frozenset({TARGET_CONFLICT, HPA_CONFLICT})
 HPA_API = "/apis/autoscaling/v2"
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Why a rule may not scale its target: `code` (TargetConflict, HPAConflict) and a message for its status."""
+
+    code: str
+    message: str
 
 
 @dataclass(frozen=True)
@@ -295,58 +306,22 @@ class Ownership:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.hpas.settled.wait(), remaining)
 
-    def conflict(self, rule_key: str, target: TargetKey) -> TargetError | None:
+    def conflict(self, rule_key: str, target: TargetKey) -> Conflict | None:
         """Why `rule_key` may not scale `target`, or None when it may (the message follows the target's name in
         the status and the event)."""
         hpas = self.hpas.on(target)
         if hpas:
             names = ", ".join(f"'{n}'" for n in hpas)
-            return TargetError(
+            return Conflict(
                 HPA_CONFLICT,
                 f"already scaled by the HorizontalPodAutoscaler {names}: two autoscalers on one target fight, so "
                 f"this rule does not scale it; delete the HPA "
-                f"(kubectl delete hpa {hpas[0]} -n {target.namespace}) or point the rule at another target",
-                retryable=True)
+                f"(kubectl delete hpa {hpas[0]} -n {target.namespace}) or point the rule at another target")
         owner = self.claims.owner(target)
         if owner is None or f"{target.namespace}/{owner.rule}" == rule_key:
             return None
         since = f", created {owner.created_text}" if owner.created_text else ""
-        return TargetError(
+        return Conflict(
             TARGET_CONFLICT,
             f"already scaled by rule '{owner.rule}' (the oldest rule on it{since}): this rule does not scale it "
-            "until that rule is deleted or points elsewhere",
-            retryable=True)
-
-    def guard(self, inner: Target, rule: QueueScaler) -> Target:
-        """`inner`, refusing to be read or scaled while another rule owns it or an HPA scales it."""
-        return OwnedTarget(inner, self, f"{rule.namespace}/{rule.name}", TargetKey.of_rule(rule))
-
-
-class OwnedTarget:
-    """A target that answers only to its owner. Refusing the read (not only the write) makes every tick of a
-    rule that does not own its target say so (Ready=False), even when it would not have scaled."""
-
-    def __init__(self, inner: Target, ownership: Ownership, rule_key: str, key: TargetKey) -> None:
-        self.inner = inner
-        self.ownership = ownership
-        self.rule_key = rule_key
-        self.key = key
-
-    @property
-    def ref(self) -> ScaleTargetRef:
-        return self.inner.ref
-
-    async def _check(self) -> None:
-        if not self.ownership.hpas.settled.is_set():
-            await self.ownership.await_hpas()
-        error = self.ownership.conflict(self.rule_key, self.key)
-        if error is not None:
-            raise error
-
-    async def read(self) -> ScaleState:
-        await self._check()
-        return await self.inner.read()
-
-    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
-        await self._check()
-        return await self.inner.scale(replicas, read)
+            "until that rule is deleted or points elsewhere")

@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from controller.kube.api import KubeApi, KubeError, rules_path
+from controller.kube.api import KubeApi, rules_path
+from controller.kube.errors import KubeError, error_from_status
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +128,7 @@ class RuleWatcher:
                         query=self._query())) as events:
                     async for event in events:
                         if event.type == "ERROR":  # the object is a Status
-                            code = event.object.get("code")
-                            raise KubeError(code if isinstance(code, int) else 500,
-                                            str(event.object.get("reason") or "WatchError"),
-                                            str(event.object.get("message") or "an ERROR event"))
+                            raise error_from_status(event.object)
                         meta = event.object.get("metadata") or {}
                         if event.type != "BOOKMARK":
                             self._backoff = FIRST_BACKOFF  # a working watch: a failure starts the back-off anew

@@ -21,11 +21,23 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
+from controller.kube.api import KubeApi, core_path
 from controller.model.secrets import SecretResolver, SecretUnavailable
 
 # (namespace, name) -> the Secret object (its `data` of base64 values and its `metadata`); raises an exception
 # with .status (404, 403, ...) like KubeError
 SecretReader = Callable[[str, str], Awaitable[dict[str, Any]]]
+
+
+
+def secret_reader(api: KubeApi) -> SecretReader:
+    """Reads one Secret through the API server: a GET by name (the operator never lists Secrets)."""
+
+    async def read(namespace: str, name: str) -> dict[str, Any]:
+        return await api.request("GET", core_path("secrets", namespace, name))
+
+    return read
+
 
 # An annotation, not a label: its value is a list (commas, `*`) and may be longer than a label's 63 characters,
 # and nothing needs to select Secrets by it (the operator reads Secrets by name, never lists them).

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from controller.kube.api import KubeApi, KubeError
+from controller.kube.api import KubeApi
+from controller.kube.errors import KubeError
 from controller.kube.rules import RuleWatcher, until_listable
 
 log = logging.getLogger(__name__)

@@ -1,97 +1,60 @@
 """`queuescale run`: watch QueueScalers and run one reconciler per rule while this replica leads.
 
 The pieces: a `RuleWatcher` per scope feeds `Operator` (sync / upsert / delete); each valid rule gets a
-`Reconciler` running on its own task with a `KubernetesScaleTarget` and its sources; a `RuleReporter` turns each tick
-into metrics, a status patch (only when something changed) and rate-limited events. Leader election gates the
-rule tasks; health and metrics are served on their own ports.
+`Reconciler` running on its own task with a `KubernetesScaleTarget` (wrapped in the guards of
+controller/targets/guards.py) and its sources; a `RuleReporter` (controller/report/) turns each tick into metrics, a
+status patch (only when something changed) and rate-limited events, written through controller/kube/. Leader
+election gates the rule tasks; health and metrics are served on their own ports. What the operator keeps per rule
+is in controller/operator/state.py, the garbage-collector tuning in controller/operator/heap.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import os
 import random
 import signal
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from controller import __version__
-from controller.kube.api import KubeApi, KubeError, core_path, load_configuration, rules_path
-from controller.kube.events import EventRecorder, ObjectRef
+from controller.kube.api import KubeApi, load_configuration
+from controller.kube.errors import KubeError
+from controller.kube.events import EventRecorder, event_sender
 from controller.kube.lease import LeaderElector
 from controller.kube.ownership import HpaWatch, Ownership
 from controller.kube.ratelimit import TokenBucket
 from controller.kube.rules import RuleWatcher
-from controller.kube.secrets import SecretCache
+from controller.kube.secrets import SecretCache, secret_reader
+from controller.kube.status import write_status
 from controller.kube.timestamps import parse_rfc3339
 from controller.kube.workloads import WorkloadCache, workload_watches
-from controller.model.fields import FieldError, SpecError
+from controller.model.fields import SpecError
 from controller.model.readings import ScalingMemory
-from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, ScaleTargetRef, parse_queuescaler
+from controller.model.rule import QueueScaler, parse_queuescaler
 from controller.net.httpserve import HttpServer, metrics_app, probe_app
 from controller.net.slots import Slots
 from controller.net.transport import polling_client
+from controller.operator.heap import settle_the_heap
 from controller.operator.options import MAX_SPREAD, OperatorOptions
+from controller.operator.state import RuleState, is_ready, kept, rule_fingerprint, rule_key
 from controller.reconciler import Clock, Reconciler, SystemClock
 from controller.report.metrics import Metrics
-from controller.report.reporter import RuleReporter
-from controller.report.status import invalid_status, memory_from_status, setup_failed_status
+from controller.report.reporter import ReportedRule, Reporting, RuleReporter
+from controller.report.status import Status, memory_from_status
 from controller.report.writer import LatestWins
 from controller.sources import build_source
 from controller.sources.base import Source, SourceContext
-from controller.targets.base import ScaleState, Target, TargetError
+from controller.targets.base import Target
+from controller.targets.guards import LeaderGuardedTarget, OwnedTarget
 from controller.targets.kubernetes_scale import KubernetesScaleTarget
 
 log = logging.getLogger(__name__)
-
-
-
-
-
-
-@dataclass
-class RuleState:
-    key: str
-    obj: dict[str, Any]
-    uid: str = ""
-    rule: QueueScaler | None = None
-    errors: tuple[FieldError, ...] = ()
-    reconciler: Reconciler | None = None
-    task: asyncio.Task[None] | None = None
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    last_status: dict[str, Any] | None = None
-    last_write: float = 0.0
-    fingerprint: tuple[object, ...] = ()
-    # What the tick whose status was last handed to the writer saw (None after a failed write): a tick that
-    # sees the same builds no status at all until the heartbeat is due.
-    submitted: tuple[object, ...] | None = None
-    ticked: bool = False  # has ticked since this replica began leading
-
-    @property
-    def namespace(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("namespace") or "default")
-
-    @property
-    def name(self) -> str:
-        return str((self.obj.get("metadata") or {}).get("name") or "")
-
-    def ref(self) -> ObjectRef:
-        return ObjectRef(f"{API_GROUP}/{API_VERSION}", KIND, self.name, self.namespace, self.uid)
-
-
-def _fingerprint(obj: dict[str, Any]) -> tuple[object, ...]:
-    """What makes a rule different for the operator: its spec (generation) and the pause annotation."""
-    meta = obj.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    return (meta.get("uid"), meta.get("generation"), annotations.get("queuescale.io/paused"))
-
 
 TargetFactory = Callable[[QueueScaler], Target]
 
@@ -115,14 +78,14 @@ class Operator:
         self.metrics = metrics or Metrics()
         self.clock = clock or SystemClock()
         self.identity = options.identity or f"{socket.gethostname()}-{os.getpid()}"
-        self.secrets = SecretCache(self._read_secret, ttl=options.secret_ttl, access=options.secret_access)
+        self.secrets = SecretCache(secret_reader(api), ttl=options.secret_ttl, access=options.secret_access)
         self.ownership = Ownership(forget=self._forget_target_state)
         self.workloads = WorkloadCache(now=self.clock.now)  # kept current by the watches run() starts
-        self.events = EventRecorder(self._send_event, self.identity,
+        self.events = EventRecorder(event_sender(api), self.identity,
                                     counted=lambda outcome: self.metrics.events.labels(result=outcome).inc())
         factory = target_factory or self._kubernetes_target
         self.target_factory: TargetFactory = lambda rule: LeaderGuardedTarget(
-            self.ownership.guard(factory(rule), rule), self.may_write)
+            OwnedTarget(factory(rule), self.ownership, rule), self.may_write)
         self.rules: dict[str, RuleState] = {}
         self.leading = not options.leader_elect
         self.synced_scopes: set[str | None] = set()
@@ -132,8 +95,13 @@ class Operator:
         self.lease_valid: Callable[[], bool] = lambda: True
         self._lock = asyncio.Lock()
         # Ticks hand their status writes over and go on polling (see controller/report/writer.py).
-        self.status_writes: LatestWins[tuple[RuleState, dict[str, Any], float]] = LatestWins(
+        self.status_writes: LatestWins[tuple[ReportedRule, Status, float]] = LatestWins(
             self._write_submitted, concurrency=options.status_writers)
+        self.reporting = Reporting(
+            metrics=self.metrics, events=self.events, pacing=options, now=self.clock.now, may_write=self.may_write,
+            submit_status=lambda state, status, now: self.status_writes.submit(state.key, (state, status, now)),
+            write_status=self._write_reported, rule_count=lambda: len(self.rules), first_tick=self._first_tick,
+            invalidate_secrets=self.secrets.invalidate)
         self.metrics.leader.set(1 if self.leading else 0)
         self.metrics.rules.count = self.count_rules
         # How long the rules took to tick once after this replica began leading (see _first_tick).
@@ -147,20 +115,13 @@ class Operator:
 
     # ---------------------------------------------------------------------------------------------- plumbing
 
-    async def _read_secret(self, namespace: str, name: str) -> dict[str, Any]:
-        return await self.api.request("GET", core_path("secrets", namespace, name))
-
     def _forget_target_state(self, key: str) -> None:
         state = self.rules.get(key)
         if state is not None and state.reconciler is not None:
             state.reconciler.forget_target_state()
 
-    async def _send_event(self, namespace: str, body: dict[str, Any]) -> None:
-        await self.api.request("POST", core_path("events", namespace), body=body)
-
     def _kubernetes_target(self, rule: QueueScaler) -> Target:
-        return KubernetesScaleTarget(self.api.api_client, rule.spec.scale_target_ref, rule.namespace,
-                                     workloads=self.workloads, limiter=self.api.limiter)
+        return KubernetesScaleTarget(self.api, rule.spec.scale_target_ref, rule.namespace, workloads=self.workloads)
 
     def _began_leading(self) -> None:
         self._leading_since = self.clock.now()
@@ -172,10 +133,9 @@ class Operator:
         self.metrics.rules_ticked.set(0)
         self.metrics.first_ticks.set(float("nan"))
 
-    def _first_tick(self, state: RuleState) -> None:
+    def _first_tick(self, key: str) -> None:
         """The rule ticked for the first time since this replica began leading."""
-        state.ticked = True
-        self._ticked.add(state.key)
+        self._ticked.add(key)
         self.metrics.rules_ticked.set(len(self._ticked))
         self._check_all_ticked()
 
@@ -189,6 +149,7 @@ class Operator:
                      seconds)
 
     def may_write(self) -> bool:
+        """Whether this replica may write now: it leads, and (with leader election) its lease is fresh."""
         return self.leading and self.lease_valid()
 
     def _sources(self, rule: QueueScaler) -> list[Source]:
@@ -206,7 +167,7 @@ class Operator:
             for obj in objects:
                 key = "?"
                 try:
-                    key = _key(obj)
+                    key = rule_key(obj)
                     seen.add(key)
                     await self._upsert(obj, spread=together)
                 except Exception:
@@ -222,7 +183,7 @@ class Operator:
             wanted: set[str | None] = set(self.options.namespaces) or {None}
             if wanted <= self.synced_scopes:
                 if not self.ready.is_set():
-                    _settle_the_heap()
+                    settle_the_heap()
                 self.ready.set()
                 if self._running:
                     self._check_all_ticked()
@@ -233,22 +194,23 @@ class Operator:
 
     async def delete(self, obj: dict[str, Any]) -> None:
         async with self._lock:
-            await self._delete(_key(obj))
+            await self._delete(rule_key(obj))
 
     async def _upsert(self, obj: dict[str, Any], *, spread: int = 0) -> None:
-        key = _key(obj)
+        key = rule_key(obj)
         state = self.rules.get(key)
-        fingerprint = _fingerprint(obj)
+        fingerprint = rule_fingerprint(obj)
         if state is not None and state.uid != str((obj.get("metadata") or {}).get("uid") or ""):
             await self._delete(key)  # deleted and created again under the same name
             state = None
         if state is None:
-            state = RuleState(key=key, obj=_kept(obj), uid=str((obj.get("metadata") or {}).get("uid") or ""))
+            state = RuleState(key=key, obj=kept(obj), uid=str((obj.get("metadata") or {}).get("uid") or ""))
+            state.reporter = RuleReporter(self.reporting, state)
             self._adopt_status(state, obj)
             self.rules[key] = state
         elif not self.leading:
             self._adopt_status(state, obj)  # the leader's writes: what a takeover starts from
-        state.obj = _kept(obj)
+        state.obj = kept(obj)
         if fingerprint == state.fingerprint:
             return  # our own status write, or a metadata change that does not matter
         state.fingerprint = fingerprint
@@ -270,14 +232,13 @@ class Operator:
             await self._stop_task(state, graceful=False)
             state.reconciler = None
             if self.leading:
-                now = self.clock.now()
-                await self._write_status(state, setup_failed_status(
-                    rule, "UnsupportedQueueKind", f"no poller for queue kind {exc}", state.last_status, now), now)
+                await self._reporter(state).setup_failed(rule, "UnsupportedQueueKind",
+                                                         f"no poller for queue kind {exc}")
             return
         self.ownership.claim(key, rule, obj)
         if state.reconciler is None:
             state.reconciler = Reconciler(
-                rule, sources, self.target_factory(rule), self.clock, RuleReporter(self, state),
+                rule, sources, self.target_factory(rule), self.clock, self._reporter(state),
                 memory=self._stored_memory(state), target_refresh=self.options.target_refresh,
             )
         else:
@@ -326,7 +287,7 @@ class Operator:
                 counts["invalid"] += 1
             elif state.rule.paused:
                 counts["paused"] += 1
-            elif _ready(state.last_status):
+            elif is_ready(state.last_status):
                 counts["ready"] += 1
             else:
                 counts["not_ready"] += 1
@@ -399,31 +360,30 @@ class Operator:
 
     # ---------------------------------------------------------------------------------------------- reporting
 
+    @staticmethod
+    def _reporter(state: RuleState) -> RuleReporter:
+        assert state.reporter is not None  # made with the state
+        return state.reporter
+
     async def _report_invalid(self, state: RuleState) -> None:
-        now = self.clock.now()
         generation = int((state.obj.get("metadata") or {}).get("generation") or 0)
-        status = invalid_status(state.name, generation, state.errors, state.last_status, now)
-        await self._write_status(state, status, now)
-        message = "; ".join(str(e) for e in state.errors)
-        await self.events.record(state.ref(), "Warning", "InvalidSpec", f"rule is not valid: {message}", now)
+        await self._reporter(state).invalid(state.name, generation, state.errors)
 
-    async def _write_submitted(self, item: tuple[RuleState, dict[str, Any], float]) -> None:
-        state, status, now = item
-        if self.rules.get(state.key) is state:  # not deleted (or re-created) while the write waited
-            await self._write_status(state, status, now)
+    async def _write_submitted(self, item: tuple[ReportedRule, Status, float]) -> None:
+        await self._write_reported(*item)
 
-    async def _write_status(self, state: RuleState, status: dict[str, Any], now: float) -> bool:
-        """Merge-patch the status subresource; keys we no longer report are set to null."""
+    async def _write_reported(self, reported: ReportedRule, status: Status, now: float) -> bool:
+        state = self.rules.get(reported.key)
+        if state is None or state is not reported:  # deleted (or re-created) while the write waited
+            return False
+        return await self._write_status(state, status, now)
+
+    async def _write_status(self, state: RuleState, status: Status, now: float) -> bool:
+        """Write the rule's status now, if this replica may; True when written."""
         if not self.may_write():
             return False
-        patch = dict(status)
-        for gone in set(state.last_status or {}) - set(status):
-            patch[gone] = None
         try:
-            await self.api.request_with_retries(
-                "PATCH", rules_path(state.namespace, state.name, "status"), body={"status": patch},
-                content_type="application/merge-patch+json", attempts=3,
-            )
+            await write_status(self.api, state.namespace, state.name, status, state.last_status)
         except KubeError as exc:
             state.submitted = None  # the next tick writes again
             self.metrics.api_errors.labels(operation="patch_status", status=str(exc.status)).inc()
@@ -432,71 +392,6 @@ class Operator:
         state.last_status = status
         state.last_write = now
         return True
-
-
-
-
-class LeaderGuardedTarget:
-    """A target that refuses to scale unless this replica may write at that very moment (see Operator.may_write)."""
-
-    def __init__(self, inner: Target, may_write: Callable[[], bool]) -> None:
-        self.inner = inner
-        self.may_write = may_write
-
-    @property
-    def ref(self) -> ScaleTargetRef:
-        return self.inner.ref
-
-    async def read(self) -> ScaleState:
-        return await self.inner.read()
-
-    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
-        if not self.may_write():
-            raise TargetError("NotLeader", "this replica no longer holds the leader lease: not scaling",
-                              retryable=True)
-        return await self.inner.scale(replicas, read)
-
-
-_KEPT_METADATA = ("name", "namespace", "uid", "generation", "resourceVersion", "annotations")
-
-
-def _kept(obj: dict[str, Any]) -> dict[str, Any]:
-    """The part of a rule's object the operator keeps between events: its identity. The spec lives on parsed in
-    the rule, the status in last_status; a whole object (managedFields and all) is some 10 KB per rule."""
-    meta = obj.get("metadata") or {}
-    return {"metadata": {k: meta[k] for k in _KEPT_METADATA if k in meta}}
-
-
-def _settle_the_heap() -> None:
-    """After the first full sync, move what was built so far (the rules, their pollers, the imported modules)
-    out of the garbage collector's sight. Without it every full collection walks all of it: at 10,000 rules
-    the collector was a quarter of the operator's CPU. The collector never frees a frozen object, so nothing of a
-    rule may sit in a reference cycle (see RuleReporter): a deleted rule is freed by reference counting, frozen or
-    not (tests/operator/test_rule_memory.py). Objects made later are collected as usual, but full
-    collections come after 100 middle ones instead of 10: at 10,000 rules each full one walked the per-rule state
-    made since (statuses, readings, history) and stopped the loop for most of a second, every few seconds
-    (`queuescale_gc_pause_seconds_total{generation="2"}`: 0.076 of a core, and the p99 tick lateness of 0.8 s).
-    Young collections, which free almost all cyclic garbage, are unchanged."""
-    gc.collect()
-    gc.freeze()
-    young, middle, _ = gc.get_threshold()
-    gc.set_threshold(young, middle, 100)
-
-
-
-
-
-
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
-
-
-def _ready(status: dict[str, Any] | None) -> bool:
-    for c in (status or {}).get("conditions") or []:
-        if isinstance(c, dict) and c.get("type") == "Ready":
-            return c.get("status") == "True"
-    return False
 
 
 # -------------------------------------------------------------------------------------------------- main

@@ -1,9 +1,10 @@
 """The Kubernetes scale target: any kind with a scale subresource, through the generic `.../{name}/scale` path.
 
-It uses `kubernetes.aio` rather than the sync client in a thread: the `Target` protocol is async, a cancelled
-tick then really cancels the request (a thread keeps blocking on its socket), and the operator needs no thread
-pool sized to the number of rules. The caller owns the `ApiClient` (one per operator, closed on shutdown), so
-tests hand in a client configured for the fake API server.
+It goes through the operator's `KubeApi` (the asyncio client, `kubernetes.aio`, rather than the sync client in a
+thread: the `Target` protocol is async, a cancelled tick then really cancels the request, and the operator needs no
+thread pool sized to the number of rules). The caller owns the `KubeApi` (one per operator, closed on shutdown), so
+tests hand in one configured for the fake API server. Failed answers are read by the one map of
+controller/kube/errors.py; here they are only worded for a user (what to grant, what to fix).
 
 Reads of a watched kind (Deployments, StatefulSets: controller/kube/workloads.py) come from the watch's cache, with
 no request, and carry readyReplicas and the measured start-up time; other kinds, and watched ones whose object the
@@ -18,15 +19,11 @@ watch serves as well as one from a GET of the Scale.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping
 from typing import Any
 
-import aiohttp
-from kubernetes.aio.client import ApiClient
-from kubernetes.aio.client.exceptions import ApiException
-
-from controller.kube.ratelimit import TokenBucket
+from controller.kube.api import KubeApi
+from controller.kube.errors import KubeError
 from controller.kube.workloads import WATCHED_KINDS, WATCHED_VERSION, Workload, WorkloadCache
 from controller.model.rule import ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
@@ -57,13 +54,11 @@ def split_api_version(api_version: str) -> tuple[str, str]:
 class KubernetesScaleTarget:
     """One workload in one namespace, read and scaled through its scale subresource."""
 
-    def __init__(self, api: ApiClient, ref: ScaleTargetRef, namespace: str, *, plural: str | None = None,
-                 request_timeout: float = 10.0, workloads: WorkloadCache | None = None,
-                 limiter: TokenBucket | None = None) -> None:
+    def __init__(self, api: KubeApi, ref: ScaleTargetRef, namespace: str, *, plural: str | None = None,
+                 request_timeout: float = 10.0, workloads: WorkloadCache | None = None) -> None:
         """`workloads`: the watch cache to read a Deployment or StatefulSet from (None: always read /scale).
-        `limiter`: the operator's client-side request limit; reads wait for it, a scale write takes its token at
-        once (see controller/kube/ratelimit.py)."""
-        self._limiter = limiter
+        Reads wait for the api's client-side request limit; a scale write takes its token at once (see
+        controller/kube/ratelimit.py)."""
         self._api = api
         self._ref = ref
         self.namespace = namespace
@@ -179,31 +174,20 @@ class KubernetesScaleTarget:
         return plural
 
     async def _request(self, method: str, path: str, body: object = None, *, what: str | None = None) -> Any:
-        if self._limiter is not None:
-            if method == "GET":
-                await self._limiter.acquire()
-            else:
-                self._limiter.charge()  # a scale is never held back behind status writes
         try:
-            return await self._api.call_api(
-                path, method,
-                header_params={"Accept": "application/json", "Content-Type": "application/json"},
-                body=body,
-                response_types_map={200: "object", 201: "object"},
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-                _request_timeout=self.request_timeout,
-            )
-        except ApiException as error:
+            # A scale is never held back behind status writes: it charges the limiter instead of waiting.
+            return await self._api.call(method, path, body=body, timeout=self.request_timeout,
+                                        limit="wait" if method == "GET" else "charge")
+        except KubeError as error:
             raise self._error(error, what or self.description) from error
-        except (TimeoutError, aiohttp.ClientError, OSError) as error:
-            raise TargetError("Unavailable", f"{what or self.description}: the API server could not be reached: "
-                              f"{error or type(error).__name__}", retryable=True) from error
 
-    def _error(self, error: ApiException, what: str) -> TargetError:
-        status = int(error.status or 0)
-        reason, message = _status_of(error)
+    def _error(self, error: KubeError, what: str) -> TargetError:
+        status = error.status
+        reason, message = error.stated.reason, error.stated.message or error.stated.text
         detail = f" ({message})" if message else ""
+        if status == 0:
+            return TargetError("Unavailable", f"{what}: the API server could not be reached: {error.message}",
+                               retryable=True)
         if status == 409:
             return TargetConflict(f"{what} changed since it was read{detail}")
         if status == 404:
@@ -216,9 +200,8 @@ class KubernetesScaleTarget:
             return TargetError("Unauthorized", f"{what}: the API server rejected the operator's credentials{detail}",
                                retryable=False)
         if status == 429:
-            return TargetThrottled(f"{what}: the API server is throttling requests{detail}",
-                                   _retry_after(error.headers))
-        if status >= 500 or status == 0:
+            return TargetThrottled(f"{what}: the API server is throttling requests{detail}", error.retry_after)
+        if status >= 500:
             return TargetError(reason or "ServerError", f"{what}: the API server failed (HTTP {status}){detail}",
                                retryable=True)
         return TargetError(reason or f"HTTP{status}", f"{what}: HTTP {status}{detail}", retryable=False)
@@ -232,25 +215,3 @@ def _state(scale: Any) -> ScaleState:
     # A Scale says how many replicas exist (status.replicas), not how many are ready.
     return ScaleState(replicas=int(spec.get("replicas") or 0), ready_replicas=None,
                       version=str(version) if version else None)
-
-
-def _status_of(error: ApiException) -> tuple[str, str]:
-    """The reason and message of the Status body the API server sent, when it sent one."""
-    body = error.body
-    if isinstance(body, bytes):
-        body = body.decode("utf-8", errors="replace")
-    try:
-        status = json.loads(body) if isinstance(body, str) and body else {}
-    except json.JSONDecodeError:
-        return "", str(body)[:200]
-    if not isinstance(status, dict):
-        return "", ""
-    return str(status.get("reason") or ""), str(status.get("message") or "")
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    try:
-        return float(value) if value is not None else None
-    except (TypeError, ValueError):
-        return None

@@ -15,7 +15,8 @@ import urllib3
 import yaml
 from kubernetes import client, config
 
-from controller.kube.api import KubeApi, KubeConfigurationError, KubeError, core_path, load_configuration
+from controller.kube.api import KubeApi, KubeConfigurationError, core_path, load_configuration
+from controller.kube.errors import TEXT_ERROR_MAX_SIZE, KubeError, StatedStatus, error_from_answer, error_from_status
 from tests.azurite import free_port
 from tests.fakekube import FakeKube
 from tests.fakekube.tls import issue
@@ -36,6 +37,33 @@ async def test_a_request_reads_json_and_a_missing_object_is_a_404_kube_error(
         assert raised.value.status == 404 and not raised.value.retryable
     finally:
         await api.close()
+
+
+def test_a_failed_answer_is_read_from_its_status_body_and_retry_after() -> None:
+    body = b'{"kind": "Status", "reason": "TooManyRequests", "message": "slow down"}'
+    error = error_from_answer(429, "Too Many Requests", body, {"Retry-After": "3"})
+    assert (error.status, error.reason, error.message, error.retry_after) == (429, "TooManyRequests", "slow down", 3.0)
+    assert error.retryable
+    assert error.stated == StatedStatus("TooManyRequests", "slow down")
+
+
+def test_an_answer_that_is_not_a_status_is_named_by_its_reason_phrase_and_quoted_only_in_stated() -> None:
+    """A proxy's HTML page: the KubeError's own message stays the reason phrase (a body may hold anything, and
+    logs print messages); only callers that word their own message quote the body, cut short."""
+    page = "<html>" + "x" * 500 + "</html>"
+    error = error_from_answer(502, "Bad Gateway", page.encode(), {"Retry-After": "soon"})
+    assert (error.reason, error.message, error.retry_after) == ("Bad Gateway", "Bad Gateway", None)
+    assert error.retryable
+    assert error.stated.text == page[:TEXT_ERROR_MAX_SIZE] and not error.stated.reason
+    assert error_from_answer(418, "", None, None).message == "HTTP 418"
+
+
+def test_a_watch_error_event_is_read_like_a_failed_answer() -> None:
+    expired = error_from_status({"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"})
+    assert (expired.status, expired.reason, expired.message) == (410, "Expired", "too old")
+    assert expired.stated == StatedStatus("Expired", "too old") and not expired.retryable
+    bare = error_from_status({})
+    assert (bare.status, bare.reason, bare.message) == (500, "WatchError", "an ERROR event") and bare.retryable
 
 
 async def test_without_a_proxy_in_the_environment_no_request_looks_for_a_netrc_file(

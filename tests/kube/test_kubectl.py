@@ -33,7 +33,7 @@ from azure.storage.queue import QueueClient, QueueServiceClient
 from tests.azurite import Azurite
 from tests.fakekube import FakeKube
 from tests.fakekube.tls import issue
-from tests.operator_harness import Operator, wait_for
+from tests.operator_harness import RULES_API, Operator, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = ROOT / ".tools" / "kubectl" / "kubectl"
@@ -103,7 +103,7 @@ class Cluster(User):
     rule_manifest: str
 
     def rule(self) -> dict[str, Any]:
-        return self.fake.get("queuescale.io/v1alpha1", "QueueScaler", RULE, NS)
+        return self.fake.get(RULES_API, "QueueScaler", RULE, NS)
 
     def replicas(self) -> int:
         return int(self.fake.get("apps/v1", "Deployment", RULE, NS)["spec"]["replicas"])
@@ -286,7 +286,7 @@ def another_rule(manifest: str, name: str) -> str:
 
 
 def spec_and_generation(cluster: Cluster, name: str = RULE) -> tuple[Any, Any, Any]:
-    rule = cluster.fake.get("queuescale.io/v1alpha1", "QueueScaler", name, NS)
+    rule = cluster.fake.get(RULES_API, "QueueScaler", name, NS)
     metadata = rule["metadata"]
     return rule["spec"], metadata["generation"], (metadata.get("annotations") or {}).copy()
 
@@ -301,7 +301,7 @@ def test_kubectl_diff_and_apply_dry_run_server_change_nothing(cluster: Cluster) 
     changed = [line for line in diff.stdout.splitlines() if line[:1] in "+-" and line[:3] not in ("---", "+++")]
     # What a real server's dry run changes: the spec, the generation (a spec change), and client-side apply's
     # record of what was applied. Not the resourceVersion: a dry run is never stored (dryrun.go).
-    last_applied = re.compile(r"[-+]\s+\{\"apiVersion\":\"queuescale.io/v1alpha1\",\"kind\":\"QueueScaler\"")
+    last_applied = re.compile(r"[-+]\s+\{\"apiVersion\":\"" + re.escape(RULES_API) + r"\",\"kind\":\"QueueScaler\"")
     assert [line for line in changed if not last_applied.match(line)] == [
         "-  generation: 1", "+  generation: 2", "-  maxReplicas: 50", "+  maxReplicas: 60"], diff.stdout
     same = cluster.kubectl("diff", "-f", "-", stdin=cluster.rule_manifest, check=False)
@@ -332,7 +332,7 @@ def test_kubectl_apply_server_side_owns_its_fields_and_an_unchanged_apply_change
     try:
         first = cluster.kubectl("apply", "--server-side", "-f", "-", stdin=applied)
         assert first.stdout == "queuescaler.queuescale.io/applied serverside-applied\n"
-        rule = cluster.fake.get("queuescale.io/v1alpha1", "QueueScaler", "applied", NS)
+        rule = cluster.fake.get(RULES_API, "QueueScaler", "applied", NS)
         managers = {(m["manager"], m["operation"]) for m in rule["metadata"]["managedFields"]}
         assert ("kubectl", "Apply") in managers, managers
         cluster.kubectl("apply", "--server-side", "-f", "-", stdin=applied)
@@ -341,7 +341,7 @@ def test_kubectl_apply_server_side_owns_its_fields_and_an_unchanged_apply_change
                         stdin=applied.replace("maxReplicas: 50", "maxReplicas: 40"))
         assert spec_and_generation(cluster, "applied")[:2] == ({**rule["spec"], "maxReplicas": 40}, 2)
         # Another manager setting a field kubectl owns to another value is a conflict, not a silent takeover.
-        partial = {"apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+        partial = {"apiVersion": RULES_API, "kind": "QueueScaler",
                    "metadata": {"name": "applied", "namespace": NS}, "spec": {"maxReplicas": 30}}
         conflict = cluster.kubectl("apply", "--server-side", "--field-manager=someone-else", "-f", "-",
                                    stdin=yaml.safe_dump(partial), check=False)

@@ -25,12 +25,14 @@ from kubernetes import client as kube_client
 
 from controller.kube.ownership import HpaIndex, Ownership, TargetClaims, TargetKey
 from controller.kube.secrets import ALLOWED_RULES_ANNOTATION, ALLOWED_SOURCES_ANNOTATION, SecretCache
+from controller.model.rule import API_GROUP, API_VERSION
 from controller.model.secrets import SecretUnavailable
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
 from tests.operator_harness import (
     NS,
     ROOT,
+    RULES_API,
     Operator,
     condition,
     custom,
@@ -177,7 +179,7 @@ def test_the_oldest_rule_owns_a_shared_deployment_and_the_next_takes_over_when_i
     scale_writes = [r for r in kube.requests if r.method in ("PUT", "PATCH") and r.path.endswith("/shared/scale")]
     assert len(scale_writes) == 1, "only the owner's one scale-up may write the Deployment's scale"
 
-    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "z-older")
+    custom(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", "z-older")
     deleted = time.monotonic()
     wait_for("the newer rule to take over and scale to 15", lambda: replicas(kube, "shared") == 15, timeout=10)
     assert time.monotonic() - deleted < 1.0 + 3.0  # one polling interval, plus the watch and a loaded machine
@@ -197,7 +199,7 @@ def test_a_rule_pointed_at_another_target_releases_the_shared_one(
     operators()
     ready_with(kube, "second", "TargetConflict")
     wait_for("the first rule's 3 replicas", lambda: replicas(kube, "shared") == 3)
-    custom(api).patch_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "first",
+    custom(api).patch_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", "first",
                                                {"spec": {"scaleTargetRef": {"name": "own"}}})
     wait_for("the second rule to own 'shared'", lambda: replicas(kube, "shared") == 7, timeout=10)
     wait_for("the first rule to scale its own target", lambda: replicas(kube, "own") == 3, timeout=10)
@@ -298,7 +300,7 @@ def test_a_secret_is_used_only_by_the_rules_its_annotation_names(
     assert management_api.to_queue("sneaky") == [] and management_api.to_queue("unannotated") == []
     for recorded in management_api.requests:
         assert connection not in (recorded.basic or "") and "plain-password" not in (recorded.basic or "")
-    written = yaml.safe_dump([kube.list_objects("queuescale.io/v1alpha1", "QueueScaler", NS), kube.events(NS)])
+    written = yaml.safe_dump([kube.list_objects(RULES_API, "QueueScaler", NS), kube.events(NS)])
     logged = operator.log_path.read_text()
     for value in (connection, azurite.key, "plain-password", "shared-password", "named-password"):
         assert value not in written and value not in logged and value not in operator.metrics()
@@ -444,8 +446,8 @@ def test_an_operator_with_namespaced_secret_rbac_reads_only_where_it_is_granted(
         "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "u"}},
                  "template": {"metadata": {"labels": {"app": "u"}}, "spec": {"containers": [{"name": "w",
                                                                                             "image": "w"}]}}}})
-    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", "billing", "queuescalers", {
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "ungranted"},
+    custom(api).create_namespaced_custom_object(API_GROUP, API_VERSION, "billing", "queuescalers", {
+        "apiVersion": RULES_API, "kind": "QueueScaler", "metadata": {"name": "ungranted"},
         "spec": {"scaleTargetRef": {"name": "ungranted"}, "maxReplicas": 3, "pollingInterval": "1s",
                  "sources": [{"type": "rabbitmq", "queue": "ungranted", "managementURL": management_api.url,
                               "passwordSecretRef": {"name": "billing-rabbit", "key": "password"}}]}})
@@ -454,7 +456,7 @@ def test_an_operator_with_namespaced_secret_rbac_reads_only_where_it_is_granted(
         wait_for("the granted rule Ready", lambda: ready(kube, "granted").get("status") == "True",
                  describe=lambda: str(ready(kube, "granted")))
         forbidden = wait_for("SecretForbidden in billing", lambda: next(
-            (c for c in (kube.get("queuescale.io/v1alpha1", "QueueScaler", "ungranted", "billing").get("status")
+            (c for c in (kube.get(RULES_API, "QueueScaler", "ungranted", "billing").get("status")
                          or {}).get("conditions", []) if c["type"] == "Ready" and c["reason"] == "SecretForbidden"),
             None))
         assert "Secret 'billing-rabbit' in namespace 'billing'" in forbidden["message"]

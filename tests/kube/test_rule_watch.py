@@ -20,10 +20,12 @@ import pytest
 import yaml
 from kubernetes import client as kube_client
 
-from controller.kube.api import KubeApi, KubeError, load_configuration
+from controller.kube.api import KubeApi, load_configuration
+from controller.kube.errors import KubeError
 from controller.kube.rules import RuleWatcher
+from controller.model.rule import API_GROUP, API_VERSION
 from tests.fakekube import FakeKube
-from tests.operator_harness import ROOT
+from tests.operator_harness import ROOT, RULES_API
 
 NS = "shop"
 CRD: dict[str, Any] = yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text())
@@ -70,7 +72,7 @@ def _key(obj: dict[str, Any]) -> str:
 
 def rule(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     return {
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+        "apiVersion": RULES_API, "kind": "QueueScaler",
         "metadata": {"name": name, "namespace": NS, "annotations": annotations or {}},
         "spec": {"scaleTargetRef": {"name": name}, "maxReplicas": 3,
                  "sources": [{"type": "azure-queue", "queueName": "orders",
@@ -83,17 +85,17 @@ def custom(api: kube_client.ApiClient) -> kube_client.CustomObjectsApi:
 
 
 def create(api: kube_client.ApiClient, body: dict[str, Any]) -> None:
-    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", body)
+    custom(api).create_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", body)
 
 
 def delete(api: kube_client.ApiClient, name: str) -> None:
-    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", name)
+    custom(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", name)
 
 
 def not_served(api: kube_client.ApiClient) -> bool:
     """Whether listing QueueScalers answers 404, as it does once their CRD is gone."""
     try:
-        custom(api).list_cluster_custom_object("queuescale.io", "v1alpha1", "queuescalers")
+        custom(api).list_cluster_custom_object(API_GROUP, API_VERSION, "queuescalers")
     except kube_client.ApiException as error:
         return bool(error.status == 404)
     return False

@@ -20,11 +20,13 @@ from pathlib import Path
 import yaml
 from kubernetes import client as kube_client
 
+from controller.model.rule import API_GROUP, API_VERSION
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
 from tests.operator_harness import (
     NS,
     ROOT,
+    RULES_API,
     Operator,
     condition,
     custom,
@@ -110,8 +112,8 @@ def test_bad_rules_get_ready_false_with_a_reason_and_leave_the_others_alone(
     rule(api, "wrong-key", "lonely", "wrong-key-queue")
     # A rule the API server accepts (a CRD cannot check time zones) but our validation rejects.
     deployment(api, "invalid", 2)
-    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", {
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": "invalid"},
+    custom(api).create_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", {
+        "apiVersion": RULES_API, "kind": "QueueScaler", "metadata": {"name": "invalid"},
         "spec": {"scaleTargetRef": {"name": "invalid"}, "maxReplicas": 2,
                  "sources": [{"type": "azure-queue", "queueName": "lonely",
                               "connectionSecretRef": {"name": "x", "key": "y"}}],
@@ -146,7 +148,7 @@ def test_bad_rules_get_ready_false_with_a_reason_and_leave_the_others_alone(
     # Rate-limited: a broken rule ticking every second for seconds says each thing once.
     assert sum(1 for e in events(kube, "no-secret") if e["reason"] == "SecretNotFound") == 1
     # The key never appears in what the operator wrote.
-    everything = yaml.safe_dump([kube.list_objects("queuescale.io/v1alpha1", "QueueScaler", NS), kube.events(NS)])
+    everything = yaml.safe_dump([kube.list_objects(RULES_API, "QueueScaler", NS), kube.events(NS)])
     assert azurite.key not in everything and base64.b64encode(b"x" * 64).decode() not in everything
 
 
@@ -157,12 +159,12 @@ def test_spec_change_pause_and_delete(
     operators()
     wait_for("4 replicas", lambda: replicas(kube, "thumbs") == 4)
     patch = {"spec": {"policy": {"targetPerReplica": 5}}}
-    custom(api).patch_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "thumbs", patch)
+    custom(api).patch_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", "thumbs", patch)
     wait_for("8 replicas after the spec change", lambda: replicas(kube, "thumbs") == 8)
     wait_for("observedGeneration 2", lambda: status(kube, "thumbs").get("observedGeneration") == 2)
 
     pause = {"metadata": {"annotations": {"queuescale.io/paused": "true"}}}
-    custom(api).patch_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "thumbs", pause)
+    custom(api).patch_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", "thumbs", pause)
     wait_for("Paused=True", lambda: condition(kube, "thumbs", "Paused").get("status") == "True")
     assert condition(kube, "thumbs", "Paused")["reason"] == "PausedByAnnotation"
     queue.clear_messages()
@@ -170,7 +172,7 @@ def test_spec_change_pause_and_delete(
     assert replicas(kube, "thumbs") == 8
 
     # Deleted: nothing may scale its Deployment any more, however long the queue grows.
-    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "thumbs")
+    custom(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", "thumbs")
     for i in range(200):
         queue.send_message(str(i))
     time.sleep(2.5)
@@ -288,5 +290,5 @@ def test_a_rule_summing_an_azure_queue_and_a_redis_list_scales_on_both(
              describe=lambda: f"replicas {replicas(kube, 'mixed')}, {status(kube, 'mixed').get('sources')}")
     redis_server.cli("DEL", jobs)
     wait_for("zero once both are empty", lambda: replicas(kube, "mixed") == 0, timeout=15)
-    everything = yaml.safe_dump([kube.list_objects("queuescale.io/v1alpha1", "QueueScaler", NS), kube.events(NS)])
+    everything = yaml.safe_dump([kube.list_objects(RULES_API, "QueueScaler", NS), kube.events(NS)])
     assert redis_server.password not in everything

@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client as kube_client
 
+from controller.model.rule import API_GROUP, API_VERSION
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
 from tests.kube.test_rule_watch import not_served
 from tests.operator_harness import (
     NS,
+    RULES_API,
     Operator,
     custom,
     deployment,
@@ -85,8 +87,8 @@ def test_a_graceful_stop_with_scrapers_holding_keep_alive_connections_is_quiet(
 
 def rule_with_annotations(api: kube_client.ApiClient, name: str, queue: str, annotations: dict[str, str]) -> None:
     """A rule as tests.operator_harness.rule makes it, with annotations."""
-    custom(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", {
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+    custom(api).create_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", {
+        "apiVersion": RULES_API, "kind": "QueueScaler",
         "metadata": {"name": name, "namespace": NS, "annotations": annotations},
         "spec": {"scaleTargetRef": {"name": name}, "minReplicas": 0, "maxReplicas": 20, "pollingInterval": "1s",
                  "sources": [{"type": "azure-queue", "queueName": queue,
@@ -156,13 +158,13 @@ def test_rules_of_a_deleted_namespace_stop_by_event_and_after_a_missed_event_by_
     operator = operators("--namespace", NS)
     wait_for("both at 2 replicas", lambda: replicas(kube, "first") == 2 and replicas(kube, "second") == 2)
 
-    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "first")
+    custom(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", "first")
     wait_for("first stopped by its event", lambda: "rule shop/first deleted: stopped" in operator.log_path.read_text())
 
     kube.add_fault(path=r"watch=", method="GET", latency=2.0, times=None)  # the watch is down for a while
     kube.drop_watches()
     time.sleep(0.3)
-    custom(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", "second")
+    custom(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", "second")
     # Today's fake keeps a deleted namespace's objects; the namespace controller deletes them (above) first.
     kube_client.CoreV1Api(api).delete_namespace(NS)
     kube.compact()

@@ -28,13 +28,15 @@ from kubernetes import client as kube_client
 
 from controller.kube.api import KubeApi, load_configuration
 from controller.kube.rules import RuleWatcher
+from controller.model.rule import API_GROUP, API_VERSION
 from controller.net.transport import polling_client
 from controller.operator.options import OperatorOptions
-from controller.operator.runner import Operator, RuleState
+from controller.operator.runner import Operator
+from controller.operator.state import RuleState
 from controller.report.reporter import RuleReporter
 from tests.azurite import Azurite
 from tests.fakekube import FakeKube
-from tests.operator_harness import ROOT, make_queue, queue_name
+from tests.operator_harness import ROOT, RULES_API, make_queue, queue_name
 
 NS = "churn"
 KEPT = 5  # rules that live through the whole test
@@ -79,7 +81,7 @@ class Tracked:
 
 def manifest(name: str, queue: str) -> dict[str, Any]:
     return {
-        "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler", "metadata": {"name": name, "namespace": NS},
+        "apiVersion": RULES_API, "kind": "QueueScaler", "metadata": {"name": name, "namespace": NS},
         "spec": {"scaleTargetRef": {"name": name}, "minReplicas": 0, "maxReplicas": 5, "pollingInterval": "1s",
                  "sources": [{"type": "azure-queue", "queueName": queue,
                               "connectionSecretRef": {"name": "queue", "key": "connection"}}],
@@ -144,12 +146,12 @@ async def churn(fake_kube: FakeKube, api: kube_client.ApiClient, operator: Opera
     """Create each rule, let it tick (poll, scale, write status and events), delete it."""
     for name in names:
         kube_client.AppsV1Api(api).create_namespaced_deployment(NS, deployment(name))
-        rules_api(api).create_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers",
+        rules_api(api).create_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers",
                                                        manifest(name, queue))
         await until(f"{name} to scale", lambda name=name: fake_kube.get(  # type: ignore[misc]
             "apps/v1", "Deployment", name, NS)["spec"]["replicas"] == 2)
         tracked.note()
-        rules_api(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", name)
+        rules_api(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", name)
         await until(f"{name} to be dropped", lambda name=name: f"{NS}/{name}" not in operator.rules)  # type: ignore[misc]
 
 
@@ -180,7 +182,7 @@ async def test_deleted_rules_are_freed_by_reference_counting_even_after_the_heap
 
     # The rules that were there at the freeze are frozen themselves: deleting them must free them too.
     for i in range(2):
-        rules_api(api).delete_namespaced_custom_object("queuescale.io", "v1alpha1", NS, "queuescalers", f"kept-{i}")
+        rules_api(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", f"kept-{i}")
     await until("two kept rules to be dropped", lambda: len(operator.rules) == KEPT - 2)
     gc.collect()  # collects nothing frozen: only reference counting can have freed them
     await until("the deleted rules freed", lambda: tracked.alive()["state"] == KEPT - 2, timeout=5)

@@ -32,7 +32,7 @@ from controller.net.transport import polling_client
 from controller.operator.options import MAX_SPREAD, OperatorOptions
 from controller.operator.runner import Operator
 from tests.fakekube.server import FakeKube
-from tests.operator_harness import ROOT, wait_for
+from tests.operator_harness import ROOT, RULES_API, wait_for
 from tests.operator_harness import Operator as OperatorProcess
 
 RULES = 300
@@ -110,7 +110,7 @@ def status_writes(fake: FakeKube, since: float = 0.0) -> list[Any]:
 
 
 def written(fake: FakeKube) -> int:
-    return sum(1 for obj in fake.list_objects("queuescale.io/v1alpha1", "QueueScaler", NS) if obj.get("status"))
+    return sum(1 for obj in fake.list_objects(RULES_API, "QueueScaler", NS) if obj.get("status"))
 
 
 def test_every_first_tick_within_the_spread_from_the_watch_with_statuses_at_the_client_limit(

@@ -181,7 +181,7 @@ def literal_reasons() -> set[str]:
     status = folder("report")
     operator = folder("operator") + folder("report")
     reasons = set(re.findall(r'condition\(\s*"\w+",\s*"(?:True|False|Unknown)",\s*"(\w+)"', status))
-    reasons |= set(re.findall(r'setup_failed_status\(\s*rule,\s*"(\w+)"', operator))
+    reasons |= set(re.findall(r'setup_failed(?:_status)?\(\s*rule,\s*"(\w+)"', operator))
     for call in re.findall(r"events\.record\((.*?)now\)", operator, re.S):
         reasons |= set(re.findall(r'(?<![f\w])"([A-Z][A-Za-z]+)"', call)) - {"Normal", "Warning"}
     return reasons

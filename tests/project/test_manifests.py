@@ -660,9 +660,12 @@ async def test_operator_scales_targets_through_the_scale_subresource_only(instal
     path = installed.write_kubeconfig(tmp_path / "aio-kubeconfig", service_account=OPERATOR_ACCOUNT)
     configuration = aio_client.Configuration()
     await aio_config.load_kube_config(config_file=str(path), client_configuration=configuration)
-    async with aio_client.ApiClient(configuration=configuration) as api:
+    api = KubeApi(configuration)
+    try:
         target = KubernetesScaleTarget(api, ScaleTargetRef(name="orders-worker"), "shop")
         await target.scale(4, await target.read())
+    finally:
+        await api.close()
     assert installed.get("apps/v1", "Deployment", "orders-worker", "shop")["spec"]["replicas"] == 4
     apps = client.AppsV1Api(operator_api)
     forbidden(apps.read_namespaced_deployment, "orders-worker", "shop")

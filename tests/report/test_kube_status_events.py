@@ -22,6 +22,7 @@ from controller.policy import decide
 from controller.reconciler import TickResult
 from controller.report.status import invalid_status, significant, tick_status
 from controller.targets.base import ScaleState, TargetError
+from tests.operator_harness import RULES_API
 from tests.policy_helpers import make_spec
 
 NOW = 1_800_000_000.0
@@ -138,11 +139,11 @@ async def test_recorder_builds_a_core_event_and_survives_failures() -> None:
         sent.append((namespace, body))
 
     recorder = EventRecorder(send, "op-1")
-    ref = ObjectRef("queuescale.io/v1alpha1", "QueueScaler", "orders", "shop", "uid-1")
+    ref = ObjectRef(RULES_API, "QueueScaler", "orders", "shop", "uid-1")
     assert await recorder.record(ref, "Normal", "ScaledUp", "1 -> 5: ScaledUp", NOW)
     namespace, body = sent[0]
     assert namespace == "shop"
-    assert body["involvedObject"] == {"apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
+    assert body["involvedObject"] == {"apiVersion": RULES_API, "kind": "QueueScaler",
                                       "name": "orders", "namespace": "shop", "uid": "uid-1"}
     assert (body["reason"], body["type"], body["count"]) == ("ScaledUp", "Normal", 1)
     assert body["metadata"]["name"].startswith("orders.")
@@ -237,7 +238,7 @@ async def test_the_recorder_tells_each_events_outcome() -> None:
 
     limiter = EventLimiter(burst=10, total_burst=2, total_per_second=0.001)
     recorder = EventRecorder(send, "op-1", limiter, counted=outcomes.append)
-    ref = ObjectRef("queuescale.io/v1alpha1", "QueueScaler", "orders", "shop", "uid-1")
+    ref = ObjectRef(RULES_API, "QueueScaler", "orders", "shop", "uid-1")
     await recorder.record(ref, "Warning", "QueueNotFound", "x", NOW)
     await recorder.record(ref, "Warning", "QueueNotFound", "x", NOW + 1)  # the same Warning again: its rule's limit
     await recorder.record(ref, "Normal", "Broken", "x", NOW + 2)

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
-from controller.kube.api import KubeError
-from controller.model.rule import QueueScaler
+from controller.kube.errors import KubeError
+from controller.kube.events import EventRecorder, ObjectRef
+from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler
 from controller.operator.options import OperatorOptions
-from controller.operator.runner import Operator, RuleState
+from controller.operator.runner import Operator
+from controller.operator.state import RuleState
 from controller.reconciler import Reconciler
-from controller.report.reporter import RuleReporter
+from controller.report.metrics import Metrics
+from controller.report.reporter import ReportedRule, Reporting, RuleReporter
+from controller.report.status import Status
 from tests.policy_helpers import MemoryTarget, QueueSource, VirtualClock, make_spec
 
 
@@ -43,7 +48,7 @@ async def setup(counts: list[int | None], *, rules: int = 1, **options: Any) -> 
     operator.rules = {f"ns/r{i}": RuleState(key=f"ns/r{i}", obj={}) for i in range(1, rules)}
     operator.rules[state.key] = state
     reconciler = Reconciler(rule, [QueueSource(counts)], MemoryTarget(replicas=1), clock,
-                            RuleReporter(operator, state))
+                            RuleReporter(operator.reporting, state))
     return reconciler, api, clock, operator
 
 
@@ -105,3 +110,57 @@ async def test_a_failed_write_is_made_again_by_the_next_tick_that_sees_the_same(
     assert await operator.status_writes.drain(5)
     assert [p["desiredReplicas"] for p in api.patches] == [1, 50]
     await operator.status_writes.close()
+
+
+@dataclass
+class Reported:
+    """A rule as a reporter sees it, with no operator behind it."""
+
+    key: str = "ns/r"
+    last_status: Status | None = None
+    last_write: float = 0.0
+    submitted: tuple[object, ...] | None = None
+    ticked: bool = False
+
+    def ref(self) -> ObjectRef:
+        return ObjectRef(f"{API_GROUP}/{API_VERSION}", KIND, "r", "ns", "uid-r")
+
+
+@dataclass(frozen=True)
+class Pacing:
+    status_interval: float = 30.0
+    status_heartbeat: float = 300.0
+    status_rate: float = 50.0
+
+
+async def test_a_reporter_knows_only_the_reporting_it_is_given() -> None:
+    """report/ sits below operator/: a reporter writes to what the operator hands it, and nothing else."""
+    clock, sent = VirtualClock(), []
+    submitted: list[tuple[ReportedRule, Status, float]] = []
+    first_ticks: list[str] = []
+    invalidated: list[str] = []
+    may_write = [True]
+
+    async def send(namespace: str, body: dict[str, Any]) -> None:
+        sent.append((namespace, body["reason"]))
+
+    async def write(state: ReportedRule, status: Status, now: float) -> bool:
+        raise AssertionError("a tick's status is submitted, never written in the tick")
+
+    reporting = Reporting(
+        metrics=Metrics(), events=EventRecorder(send, "test"), pacing=Pacing(), now=clock.now,
+        may_write=lambda: may_write[0], submit_status=lambda rule, status, now: submitted.append((rule, status, now)),
+        write_status=write, rule_count=lambda: 1, first_tick=first_ticks.append,
+        invalidate_secrets=invalidated.append)
+    rule = QueueScaler(name="r", namespace="ns", spec=make_spec(policy={"targetPerReplica": 10}))
+    state = Reported()
+    reconciler = Reconciler(rule, [QueueSource([50])], MemoryTarget(replicas=1), clock,
+                            RuleReporter(reporting, state))
+    await reconciler.tick()
+    assert first_ticks == ["ns/r"] and state.ticked
+    assert [(rule, status["desiredReplicas"]) for rule, status, _ in submitted] == [(state, 5)]
+    assert sent == [("ns", "ScaledUp")] and not invalidated
+    may_write[0] = False  # no longer leading: nothing is reported
+    clock.time += 10
+    await reconciler.tick()
+    assert len(submitted) == 1 and len(sent) == 1 and first_ticks == ["ns/r"]
