@@ -25,8 +25,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
-
 from controller.demo.azurite import AzuriteError, AzuriteQueueService
 from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure
 from controller.demo.run import QUEUE_NAME, SECRET, _DemoSecrets, _worker_environ
@@ -35,6 +33,7 @@ from controller.model.fields import SecretKeyRef
 from controller.model.rule import QueueScaler
 from controller.model.sources.azure_queue import AzureQueueSource
 from controller.model.textfmt import duration, plural
+from controller.net.http import polling_client
 from controller.reconciler import Reconciler, SystemClock, TickResult
 from controller.simulator.run import Metrics, RunResult
 from controller.simulator.scenario import ArrivalPlan, Scenario, ServiceTime, plan_arrivals
@@ -294,7 +293,7 @@ class ScenarioDemo:
         if workers.initial_replicas:
             await self._start_initial(workers.initial_replicas, stop)
         remaining: int | None = None
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
+        async with polling_client(timeout=5.0) as http:
             source: Source = build_source(rule.spec.sources[0], SourceContext(
                 http=http, secrets=_DemoSecrets(connection), namespace=rule.namespace))
             reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=_Reporter(run, self.out))

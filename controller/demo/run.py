@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
 import yaml
 
 from controller.demo.azurite import AzuriteError, AzuriteQueueService
@@ -35,6 +34,7 @@ from controller.model.fields import SpecError, format_duration
 from controller.model.rule import QueueScaler, parse_queuescaler
 from controller.model.secrets import SecretUnavailable
 from controller.model.textfmt import duration, plural
+from controller.net.http import polling_client
 from controller.reconciler import Reconciler, SystemClock, TickResult
 from controller.sources import build_source
 from controller.sources.azure_auth import scrub
@@ -395,7 +395,7 @@ class Demo:
             + ", ".join(f"{plural(n, 'message')} at +{duration(at)}" for at, n in bursts)
             + f"; output in {options.out_dir}/", file=self.out, flush=True,
         )
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
+        async with polling_client(timeout=5.0) as http:
             source: Source = build_source(rule.spec.sources[0], SourceContext(http=http, secrets=_DemoSecrets(
                 connection), namespace=rule.namespace))
             reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=recorder)

@@ -20,8 +20,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from controller import __version__
 from controller.kube.api import KubeApi, KubeError, core_path, load_configuration, rules_path
 from controller.kube.events import EventRecorder, ObjectRef
@@ -35,9 +33,9 @@ from controller.kube.workloads import WorkloadCache, workload_watches
 from controller.model.fields import FieldError, SpecError
 from controller.model.readings import ScalingMemory
 from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, ScaleTargetRef, parse_queuescaler
+from controller.net.http import HttpClient, polling_client
 from controller.net.httpserve import HttpServer, metrics_app, probe_app
 from controller.net.slots import Slots
-from controller.net.transport import polling_client
 from controller.operator.options import MAX_SPREAD, OperatorOptions
 from controller.reconciler import Clock, Reconciler, SystemClock
 from controller.report.metrics import Metrics
@@ -102,7 +100,7 @@ class Operator:
     def __init__(
         self,
         api: KubeApi,
-        http: httpx.AsyncClient,
+        http: HttpClient,
         options: OperatorOptions,
         *,
         metrics: Metrics | None = None,
