@@ -39,7 +39,6 @@ from controller.sources.azure_auth import (
     SharedKey,
     WorkloadIdentityConfig,
     format_http_date,
-    install_log_scrubbing,
     parse_connection_string,
     scrub,
     strip_query,
@@ -390,6 +389,3 @@ def build(spec: SourceSpec, context: SourceContext) -> AzureQueuePoller:
     if not isinstance(spec, AzureQueueSource):
         raise TypeError(f"azure-queue factory got a {type(spec).__name__}")
     return AzureQueuePoller(spec, context)
-
-
-install_log_scrubbing()
