@@ -4,6 +4,7 @@ pool, cancellation, TLS and proxies from the environment."""
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import gzip
 import shutil
@@ -620,3 +621,23 @@ async def test_a_closed_client_refuses_requests() -> None:
 def test_a_client_needs_at_least_one_connection() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         HttpClient(max_connections=0)
+
+
+def test_the_http_path_and_the_sources_use_no_private_name_of_a_library() -> None:
+    """Issue 16: no `_name` of httpx, aiohttp or any other library (an import from a private module, or an attribute
+    reached on anything but our own `self`/`cls`), in controller/net and controller/sources."""
+    root = Path(__file__).resolve().parents[2] / "controller"
+    found: list[str] = []
+    for path in sorted([*(root / "net").rglob("*.py"), *(root / "sources").rglob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.module.startswith("controller"):
+                names = [*node.module.split("."), *(alias.name for alias in node.names)]
+                found += [f"{path.name}:{node.lineno} {node.module}" for name in names if _private(name)]
+            elif isinstance(node, ast.Attribute) and _private(node.attr) and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    assert found == []
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
