@@ -1,8 +1,9 @@
-"""Get Queue Metadata polls per second and CPU per poll from one process, on httpx's default transport, the aiohttp
-one, the asyncio one (`controller.net.transport`) under httpx, and the poller's fast path (`polling_client`:
-`StreamTransport.fetch`, no httpx request or response), and what Shared Key signing costs.
+"""Get Queue Metadata polls per second and CPU per poll from one process, through the real `AzureQueuePoller` on the
+operator's HTTP client (`controller.net.http.polling_client`), and what Shared Key signing costs.
 
     .venv/bin/python -m benchmarks.azure_poll [--seconds 3] [--concurrency 1 8 32] [--server fast azurite]
+
+(benchmarks/http_paths.py compares the HTTP paths at 1,000 and 10,000 rules.)
 
 Polls one queue through the real `AzureQueuePoller` (account-key auth: a Shared Key signature per poll, one shared
 client) for a fixed time per concurrency level and transport, and reports polls/s, latency and the client
@@ -11,7 +12,7 @@ Servers, each started on 127.0.0.1 and a free port and stopped at the end:
 - `fast`: the small asyncio Get Queue Metadata server of benchmarks/capacity.py, in a process of its own. It
   answers in microseconds, so the client's CPU is what limits the rate: the figure that matters for the operator;
 - `azurite`: a real Azurite (Node.js). Slower than the client, so it shows latency more than client cost.
-Bounded: it ends by itself after about `seconds` x levels x 4 transports x servers + startup.
+Bounded: it ends by itself after about `seconds` x levels x servers + startup.
 """
 
 from __future__ import annotations
@@ -30,19 +31,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from benchmarks.capacity import DEV_KEY, ROOT, _wait
 from controller.model.fields import SecretKeyRef
 from controller.model.sources.azure_queue import AzureQueueSource
-from controller.net.transport import AiohttpTransport, StreamTransport, polling_client
+from controller.net.http import polling_client
 from controller.sources.azure_auth import SharedKey, format_http_date
 from controller.sources.azure_queue import API_VERSION, AzureQueuePoller
 from controller.sources.base import SourceContext
 
 QUEUE = "bench"
 ACCOUNT = "devstoreaccount1"
-TRANSPORTS = ("httpx-default", "aiohttp", "asyncio", "fast-path")
 
 
 @dataclass(frozen=True)
@@ -58,7 +56,6 @@ class Endpoint:
 @dataclass(frozen=True)
 class Run:
     server: str
-    transport: str
     concurrency: int
     polls: int
     failures: int
@@ -79,20 +76,7 @@ class Run:
         return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
-def client_for(transport: str, concurrency: int) -> httpx.AsyncClient:
-    """httpx's default transport as the operator once configured it, or one of ours: `asyncio` is StreamTransport
-    under httpx, `fast-path` the operator's `polling_client`, through which the poller calls `fetch` directly."""
-    if transport == "fast-path":
-        return polling_client(timeout=5.0, max_connections=concurrency)
-    if transport == "aiohttp":
-        return httpx.AsyncClient(timeout=5.0, transport=AiohttpTransport(max_connections=concurrency))
-    if transport == "asyncio":
-        return httpx.AsyncClient(timeout=5.0, transport=StreamTransport(max_connections=concurrency))
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    return httpx.AsyncClient(timeout=5.0, limits=limits)
-
-
-async def poll_for(endpoint: Endpoint, transport: str, seconds: float, concurrency: int) -> Run:
+async def poll_for(endpoint: Endpoint, seconds: float, concurrency: int) -> Run:
     spec = AzureQueueSource(type="azure-queue", queue_name=QUEUE, account_name=endpoint.account,
                             endpoint=endpoint.url, account_key_secret_ref=SecretKeyRef("s", "k"))
 
@@ -101,7 +85,7 @@ async def poll_for(endpoint: Endpoint, transport: str, seconds: float, concurren
 
     latencies: list[float] = []
     failures = 0
-    async with client_for(transport, concurrency) as http:
+    async with polling_client(timeout=5.0, max_connections=concurrency) as http:
         poller = AzureQueuePoller(spec, SourceContext(http, secrets))
         for _ in range(concurrency):  # warm the connections, the session, the caches
             await poller.poll(5.0)
@@ -118,7 +102,7 @@ async def poll_for(endpoint: Endpoint, transport: str, seconds: float, concurren
         started, cpu_started = time.monotonic(), time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         elapsed, cpu = time.monotonic() - started, time.process_time() - cpu_started
-    return Run(endpoint.name, transport, concurrency, len(latencies), failures, elapsed, cpu, latencies)
+    return Run(endpoint.name, concurrency, len(latencies), failures, elapsed, cpu, latencies)
 
 
 def signing_cost(endpoint: Endpoint, iterations: int = 20_000) -> tuple[float, float]:
@@ -173,24 +157,14 @@ def azurite_server() -> Iterator[Endpoint]:
 def report(runs: list[Run]) -> str:
     lines = [
         "Get Queue Metadata through AzureQueuePoller (one process, one shared client, account-key auth)",
-        f"{'server':>7}  {'transport':>13}  {'conc':>4}  {'polls':>6}  {'polls/s':>7}  {'CPU us/poll':>11}  "
-        f"{'p50 ms':>6}  {'p99 ms':>6}  {'fail':>4}",
+        f"{'server':>7}  {'conc':>4}  {'polls':>6}  {'polls/s':>7}  {'CPU us/poll':>11}  {'p50 ms':>6}  {'p99 ms':>6}  "
+        f"{'fail':>4}",
     ]
     for run in runs:
         lines.append(
-            f"{run.server:>7}  {run.transport:>13}  {run.concurrency:>4}  {run.polls:>6}  {run.per_second:>7.0f}  "
+            f"{run.server:>7}  {run.concurrency:>4}  {run.polls:>6}  {run.per_second:>7.0f}  "
             f"{run.cpu_per_poll * 1e6:>11.0f}  {run.percentile(0.5) * 1e3:>6.2f}  {run.percentile(0.99) * 1e3:>6.2f}  "
             f"{run.failures:>4}")
-    lines.append("ours vs httpx-default (same server and concurrency):")
-    by_key = {(run.server, run.transport, run.concurrency): run for run in runs}
-    for run in runs:
-        if run.transport == "httpx-default" or (run.server, "httpx-default", run.concurrency) not in by_key:
-            continue
-        base = by_key[(run.server, "httpx-default", run.concurrency)]
-        lines.append(f"  {run.transport:>9} {run.server:>7} concurrency {run.concurrency:>3}: "
-                     f"polls/s x{run.per_second / base.per_second:.2f}, "
-                     f"CPU per poll x{run.cpu_per_poll / base.cpu_per_poll:.2f} "
-                     f"({base.cpu_per_poll * 1e6:.0f} -> {run.cpu_per_poll * 1e6:.0f} us)")
     return "\n".join(lines)
 
 
@@ -208,17 +182,16 @@ def main() -> None:
     for server in args.server:
         with fast_server() if server == "fast" else azurite_server() as endpoint:
             for concurrency in args.concurrency:
-                for transport in TRANSPORTS:
-                    runs.append(asyncio.run(poll_for(endpoint, transport, args.seconds, concurrency)))
+                runs.append(asyncio.run(poll_for(endpoint, args.seconds, concurrency)))
             signing = signing or signing_cost(endpoint)
 
     print(report(runs))
     if signing is not None:
         sign, build = signing
-        sequential = min(runs, key=lambda run: (run.concurrency, run.transport != "fast-path"))
+        sequential = min(runs, key=lambda run: run.concurrency)
         per_poll = statistics.fmean(sequential.latencies)
         print(f"Shared Key signature: {sign * 1e6:.1f} us; date + signature: {build * 1e6:.1f} us "
-              f"({build / sequential.cpu_per_poll:.0%} of the CPU of one {sequential.transport} poll, "
+              f"({build / sequential.cpu_per_poll:.0%} of the CPU of one poll, "
               f"{per_poll * 1e3:.2f} ms wall at concurrency {sequential.concurrency} on {sequential.server})")
 
 

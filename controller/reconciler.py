@@ -16,10 +16,9 @@ from typing import Protocol
 
 from controller.model.readings import Observation, ScaleEvent, ScalingMemory, SourceReading
 from controller.model.rule import QueueScaler
-from controller.model.textfmt import duration
 from controller.net.slots import Slots
 from controller.policy import Decision, decide
-from controller.sources.base import Source
+from controller.sources.base import Source, guarded_poll
 from controller.targets.base import ScaleState, Target, TargetConflict, TargetError
 
 log = logging.getLogger(__name__)
@@ -117,9 +116,9 @@ class Reconciler:
         started = self.clock.now()
         budget = self.rule.spec.polling_interval
         if len(self.sources) == 1:
-            readings: Sequence[SourceReading] = [await _poll_one(self.sources[0], budget)]
+            readings: Sequence[SourceReading] = [await guarded_poll(self.sources[0], budget)]
         else:
-            readings = await asyncio.gather(*(_poll_one(s, budget) for s in self.sources))
+            readings = await asyncio.gather(*(guarded_poll(s, budget) for s in self.sources))
         return Observation(time=started, readings=tuple(readings))
 
     async def tick(self, scheduled: float | None = None) -> TickResult:
@@ -258,18 +257,3 @@ async def _sleep_or_stop(clock: Clock, seconds: float, stop: asyncio.Event) -> N
     finally:
         for task in (sleeper, stopper):
             task.cancel()
-
-
-async def _poll_one(source: Source, budget: float) -> SourceReading:
-    if getattr(source, "answers_at_once", False):
-        # A source that never waits on I/O (the simulator's) needs no timer: a tick there is hot.
-        return await source.poll(budget)
-    try:
-        async with asyncio.timeout(budget):
-            return await source.poll(budget)
-    except TimeoutError:
-        return SourceReading.failed("Timeout",
-                                    f"no answer from queue '{source.spec.queue_label}' within {duration(budget)}")
-    except Exception as exc:  # a bug in a source must not stop the rule; its text may hold a URL with a SAS
-        log.error("source %s failed unexpectedly: %s", source.spec.queue_label, type(exc).__name__)
-        return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")

@@ -16,12 +16,8 @@ from tests.azurite import azurite, own_azurite
 from tests.fakekube import FakeKube
 from tests.operator_harness import kube, operators
 from tests.servers import postgres_server, rabbitmq_server, redis_server
-from tests.transports import http_transport
 
-__all__ = [
-    "azurite", "http_transport", "kube", "operators", "own_azurite", "postgres_server", "rabbitmq_server",
-    "redis_server",
-]
+__all__ = ["azurite", "kube", "operators", "own_azurite", "postgres_server", "rabbitmq_server", "redis_server"]
 
 
 def _server_threads() -> list[threading.Thread]:

@@ -29,7 +29,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
-import httpx
 import yaml
 
 from controller.model.loading import load_files, read_input, shown_path
@@ -37,10 +36,10 @@ from controller.model.readings import Observation, ScalingMemory, SourceReading
 from controller.model.rule import API_GROUP, KIND, QueueScaler
 from controller.model.secrets import SecretUnavailable
 from controller.model.textfmt import duration, plural
-from controller.net.transport import polling_client
+from controller.net.http import Fetch, polling_client
 from controller.policy import Decision, decide
 from controller.sources import build_source
-from controller.sources.base import Source, SourceContext
+from controller.sources.base import SourceContext, guarded_poll
 
 ENV_PREFIX = "QUEUESCALE_SECRET_"
 REQUEST_TIMEOUT = 10.0
@@ -218,23 +217,12 @@ def _number(value: float | None) -> float | int | None:
     return int(value) if float(value).is_integer() else value
 
 
-async def _poll(source: Source, budget: float) -> SourceReading:
-    try:
-        async with asyncio.timeout(budget):
-            return await source.poll(budget)
-    except TimeoutError:
-        return SourceReading.failed("Timeout",
-                                    f"no answer from queue '{source.spec.queue_label}' within {duration(budget)}")
-    except Exception as exc:  # a source bug must not become a traceback; its text may hold a secret
-        return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
-
-
-async def check_rule(rule: QueueScaler, store: SecretStore, http: httpx.AsyncClient, current: int) -> RuleCheck:
+async def check_rule(rule: QueueScaler, store: SecretStore, http: Fetch, current: int) -> RuleCheck:
     context = SourceContext(http=http, secrets=store.resolver(rule.namespace), namespace=rule.namespace)
     sources = [build_source(spec, context) for spec in rule.spec.sources]
     started = time.time()
     try:
-        readings = await asyncio.gather(*(_poll(s, rule.spec.polling_interval) for s in sources))
+        readings = await asyncio.gather(*(guarded_poll(s, rule.spec.polling_interval) for s in sources))
     finally:
         for source in sources:
             await source.aclose()

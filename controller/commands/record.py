@@ -51,9 +51,9 @@ from controller.model.loading import load_files
 from controller.model.readings import SourceReading
 from controller.model.rule import QueueScaler
 from controller.model.textfmt import duration, offset, plural
-from controller.net.transport import polling_client
+from controller.net.http import polling_client
 from controller.sources import build_source
-from controller.sources.base import Source, SourceContext
+from controller.sources.base import Source, SourceContext, guarded_poll
 
 REQUEST_TIMEOUT = 10.0
 
@@ -128,17 +128,6 @@ def check_options(options: RecordOptions) -> list[str]:
 
 # --------------------------------------------------------------------------------------------------------------
 # Recording
-
-
-async def _poll(source: Source, budget: float) -> SourceReading:
-    try:
-        async with asyncio.timeout(budget):
-            return await source.poll(budget)
-    except TimeoutError:
-        return SourceReading.failed("Timeout", f"no answer from queue '{source.spec.queue_label}' within "
-                                               f"{duration(budget)}")
-    except Exception as exc:  # a source bug must not end the recording; its text may hold a secret
-        return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
 
 
 @dataclass
@@ -244,7 +233,7 @@ async def _record(rule: QueueScaler, sources: list[Source], options: RecordOptio
     origin = time.monotonic()
     while True:
         t = time.monotonic() - origin
-        readings = await asyncio.gather(*(_poll(s, budget) for s in sources))
+        readings = await asyncio.gather(*(guarded_poll(s, budget) for s in sources))
         result.polls += 1
         failed = [r for r in readings if r.error is not None]
         total = None if failed else sum(r.count or 0 for r in readings)
@@ -366,4 +355,3 @@ def run(options: RecordOptions, *, environ: Mapping[str, str], out: TextIO, err:
              f"{options.scenario_out}" if options.scenario_out else ""),
           file=out)
     return 0
-

@@ -17,12 +17,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
-import httpx
-
 from controller.demo.azurite import AzuriteError, AzuriteQueueService
 from controller.demo.worker import CONNECTION_ENV
 from controller.model.rule import QueueScaler
 from controller.model.secrets import SecretUnavailable
+from controller.net.http import polling_client
 from controller.reconciler import Reconciler, Reporter, SystemClock
 from controller.sources import build_source
 from controller.sources.azure_auth import scrub
@@ -156,7 +155,7 @@ class LiveHarness:
         """The rule's reconciler scaling the workers from the real azure-queue source, until the block ends; yields
         the wall-clock time it started. On the way out: the reconciler, the workers and Azurite are stopped."""
         assert self.azurite is not None and self.target is not None, "start_queue() and start_workers() first"
-        async with httpx.AsyncClient(timeout=httpx.Timeout(5.0)) as http:
+        async with polling_client(timeout=5.0) as http:
             source: Source = build_source(rule.spec.sources[0], SourceContext(
                 http=http, secrets=DemoSecrets(self.azurite.connection_string), namespace=rule.namespace))
             reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=reporter)

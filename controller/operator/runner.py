@@ -20,8 +20,6 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
-import httpx
-
 from controller import __version__
 from controller.kube.api import KubeApi, load_configuration
 from controller.kube.errors import KubeError
@@ -37,9 +35,9 @@ from controller.kube.workloads import WorkloadCache, workload_watches
 from controller.model.fields import SpecError
 from controller.model.readings import ScalingMemory
 from controller.model.rule import QueueScaler, parse_queuescaler
+from controller.net.http import HttpClient, polling_client
 from controller.net.httpserve import HttpServer, metrics_app, probe_app
 from controller.net.slots import Slots
-from controller.net.transport import polling_client
 from controller.operator.heap import settle_the_heap
 from controller.operator.options import MAX_SPREAD, OperatorOptions
 from controller.operator.state import RuleState, is_ready, kept, rule_fingerprint, rule_key
@@ -65,7 +63,7 @@ class Operator:
     def __init__(
         self,
         api: KubeApi,
-        http: httpx.AsyncClient,
+        http: HttpClient,
         options: OperatorOptions,
         *,
         metrics: Metrics | None = None,

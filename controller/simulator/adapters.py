@@ -82,7 +82,7 @@ class SimulatedSource:
         if world.outages and self.clock is not None and (outage := world.outage_at(self.clock.t)) is not None:
             label = self._spec.queue_label
             if outage.failure == "timeout":
-                # The words the reconciler's _poll_one uses when a poll outlasts its budget.
+                # The words sources.base.guarded_poll uses when a poll outlasts its budget.
                 return SourceReading.failed("Timeout", f"no answer from queue '{label}' within {budget:g}s")
             return SourceReading.failed(outage.code, f"queue '{label}': the service answered {outage.code} "
                                                      f"(simulated outage)")

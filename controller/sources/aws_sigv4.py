@@ -1,4 +1,4 @@
-"""AWS Signature Version 4, written out so the sources can sign requests sent over the shared httpx client.
+"""AWS Signature Version 4, written out so the sources can sign requests sent over the shared HTTP client.
 
 Only what a JSON-protocol POST (SQS's GetQueueAttributes) and a query-string GET need: canonical request, string
 to sign, signing key, Authorization header. `AwsCredentials` hides its secret in its repr; nothing here logs.

@@ -1,7 +1,7 @@
-"""Amazon SQS: the `aws-sqs` kind's fields, validation and poller.
+"""Amazon SQS: the `aws-sqs` kind's poller.
 
 One `GetQueueAttributes` call (AWS JSON 1.0 protocol: `POST /` with `X-Amz-Target: AmazonSQS.GetQueueAttributes`)
-over the shared `httpx.AsyncClient`, signed with SigV4 by `aws_sigv4` (no AWS SDK). The count is
+over the shared HTTP client (`SourceContext.http`), signed with SigV4 by `aws_sigv4` (no AWS SDK). The count is
 `ApproximateNumberOfMessages` (visible), plus `ApproximateNumberOfMessagesNotVisible` (in flight) with
 `includeInFlight: true`.
 
@@ -13,76 +13,35 @@ access key id and Secret, never the secret access key or session token.
 from __future__ import annotations
 
 import json
-import logging
-import random
-import time
 from urllib.parse import urlsplit
-
-import httpx
 
 from controller.model.readings import SourceError, SourceReading
 from controller.model.secrets import SecretUnavailable
-from controller.model.sources.aws_sqs import AwsSqsSource
+from controller.model.sources.aws_sqs import TYPE, AwsSqsSource
 from controller.model.sources.base import SourceSpec
 from controller.model.textfmt import duration
+from controller.net.http import Answer, HttpFailure, HttpTimeout
 from controller.sources.aws_sigv4 import AwsCredentials, sign
-from controller.sources.base import SourceContext
-from controller.sources.retries import RetryPolicy, deadline_for, with_retries
-
-log = logging.getLogger(__name__)
+from controller.sources.base import Poller, SourceContext
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _THROTTLING = {"ThrottlingException", "RequestThrottled", "ServiceUnavailable", "InternalFailure",
                "KmsThrottled"}
 
 
-
-
-
-
-class AwsSqsPoller:
+class AwsSqsPoller(Poller[AwsSqsSource, AwsCredentials, int]):
     """Polls one SQS queue; the credentials are read from their Secrets on every poll."""
 
-    def __init__(self, spec: AwsSqsSource, context: SourceContext, *, retry: RetryPolicy | None = None,
-                 rng: random.Random | None = None) -> None:
-        self._spec = spec
-        self._context = context
-        self._retry = retry or RetryPolicy()
-        self._rng = rng or random.Random()
-        self.attempts = 0
-
-    @property
-    def spec(self) -> AwsSqsSource:
-        return self._spec
+    kind = TYPE
 
     def __repr__(self) -> str:
         return f"AwsSqsPoller(queue={self._spec.queue_url!r}, region={self._spec.region!r})"
 
-    async def aclose(self) -> None:
-        return None
-
-    def _now(self) -> float:
-        return self._context.now() if self._context.now is not None else time.time()
-
-    async def poll(self, budget: float) -> SourceReading:
-        """The queue's approximate visible (and in-flight) messages, or an error reading. Never raises."""
-        deadline = deadline_for(budget)
-        self.attempts = 0
+    async def prepare(self, deadline: float) -> AwsCredentials | SourceReading:  # noqa: ARG002
         try:
-            try:
-                credentials = await self._credentials()
-            except SecretUnavailable as exc:
-                return SourceReading.failed(exc.code, exc.message, retryable=False)
-            outcome = await with_retries(lambda timeout: self._attempt(credentials, timeout), deadline, self._retry,
-                                         self._rng)
-            self.attempts = outcome.attempts
-            if outcome.error is not None:
-                return SourceReading(count=None, error=outcome.error)
-            assert outcome.value is not None
-            return SourceReading.of(outcome.value)
-        except Exception as exc:  # never raise out of a poll
-            log.error("aws-sqs %s: unexpected %s", self._spec.queue_label, type(exc).__name__)
-            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+            return await self._credentials()
+        except SecretUnavailable as exc:
+            return SourceReading.failed(exc.code, exc.message, retryable=False)
 
     async def _credentials(self) -> AwsCredentials:
         spec = self._spec
@@ -94,7 +53,8 @@ class AwsSqsPoller:
             token = await secrets(spec.session_token_secret_ref.name, spec.session_token_secret_ref.key)
         return AwsCredentials(key_id.strip(), secret.strip(), token.strip() if token else None)
 
-    async def _attempt(self, credentials: AwsCredentials, timeout: float) -> int | SourceError:
+    async def attempt(self, settings: AwsCredentials, timeout: float) -> int | SourceError:
+        credentials = settings
         spec = self._spec
         parts = urlsplit(spec.queue_url)
         endpoint = f"{parts.scheme}://{parts.netloc}/"
@@ -103,19 +63,19 @@ class AwsSqsPoller:
         body = json.dumps({"QueueUrl": spec.queue_url, "AttributeNames": names}).encode()
         headers = sign("POST", endpoint, {"content-type": "application/x-amz-json-1.0",
                                           "x-amz-target": "AmazonSQS.GetQueueAttributes"},
-                       body, credentials, spec.region, "sqs", self._now())
-        headers.pop("host")  # httpx sets the same value
+                       body, credentials, spec.region, "sqs", self._wall_clock())
+        headers.pop("host")  # the client sets the same value
         try:
-            response = await self._context.http.post(endpoint, content=body, headers=headers, timeout=timeout)
-        except httpx.TimeoutException:
+            response = await self._context.http.fetch("POST", endpoint, headers=headers, body=body, timeout=timeout)
+        except HttpTimeout:
             return SourceError("Timeout", f"no answer from {endpoint} within {duration(timeout)}")
-        except httpx.TransportError as exc:
-            return SourceError("ConnectionFailed", f"cannot connect to {endpoint} ({type(exc).__name__})")
-        if response.status_code == 200:
+        except HttpFailure as exc:
+            return SourceError("ConnectionFailed", f"cannot connect to {endpoint} ({exc.reason})")
+        if response.status == 200:
             return self._count(response, names)
         return self._error(response, credentials)
 
-    def _count(self, response: httpx.Response, names: list[str]) -> int | SourceError:
+    def _count(self, response: Answer, names: list[str]) -> int | SourceError:
         try:
             attributes = response.json().get("Attributes") or {}
             return sum(int(attributes[name]) for name in names)
@@ -123,9 +83,9 @@ class AwsSqsPoller:
             return SourceError("InvalidResponse", f"GetQueueAttributes for {self._spec.queue_url} answered without "
                                f"{' and '.join(names)}", retryable=False)
 
-    def _error(self, response: httpx.Response, credentials: AwsCredentials) -> SourceError:
+    def _error(self, response: Answer, credentials: AwsCredentials) -> SourceError:
         spec = self._spec
-        status = response.status_code
+        status = response.status
         try:
             body = response.json()
         except ValueError:
@@ -157,5 +117,3 @@ def build(spec: SourceSpec, context: SourceContext) -> AwsSqsPoller:
     if not isinstance(spec, AwsSqsSource):
         raise TypeError(f"aws-sqs factory got a {type(spec).__name__}")
     return AwsSqsPoller(spec, context)
-
-

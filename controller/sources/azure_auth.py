@@ -13,7 +13,6 @@ import binascii
 import email.utils
 import hashlib
 import hmac
-import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -63,24 +62,6 @@ def strip_query(url: str) -> str:
 def scrub(text: str) -> str:
     """Text from elsewhere (a server's message) with any SAS signature blanked, in case it echoes one."""
     return _SIG_PARAM.sub(r"\1<redacted>", text)
-
-
-class ScrubSignatures(logging.Filter):
-    """Blanks `sig=` values in log records: httpx logs every request URL at INFO, and a SAS rides in the URL."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if "sig=" in message.lower():
-            record.msg, record.args = scrub(message), None
-        return True
-
-
-def install_log_scrubbing() -> None:
-    """Attach `ScrubSignatures` to the HTTP client's loggers (once)."""
-    for name in ("httpx", "httpcore"):
-        logger = logging.getLogger(name)
-        if not any(isinstance(f, ScrubSignatures) for f in logger.filters):
-            logger.addFilter(ScrubSignatures())
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
-"""RabbitMQ: the `rabbitmq` kind's fields, validation and poller.
+"""RabbitMQ: the `rabbitmq` kind's poller.
 
 One call to the management HTTP API, `GET {managementURL}/api/queues/{vhost}/{queue}` with HTTP basic auth, over
-the shared `httpx.AsyncClient`; the count is `messages_ready`, plus `messages_unacknowledged` with
+the shared HTTP client (`SourceContext.http`); the count is `messages_ready`, plus `messages_unacknowledged` with
 `count: readyAndUnacked`. The management plugin refreshes these figures every `collect_statistics_interval`
 (5 s by default), so a count may be that old.
 
@@ -11,88 +11,54 @@ Transient failures (5xx, 429, timeouts, refused connections) are retried within 
 
 from __future__ import annotations
 
-import logging
-import random
+import base64
 from urllib.parse import quote
-
-import httpx
 
 from controller.model.readings import SourceError, SourceReading
 from controller.model.secrets import SecretUnavailable
 from controller.model.sources.base import SourceSpec
-from controller.model.sources.rabbitmq import RabbitMqSource
+from controller.model.sources.rabbitmq import TYPE, RabbitMqSource
 from controller.model.textfmt import duration
-from controller.sources.base import SourceContext
-from controller.sources.retries import RetryPolicy, deadline_for, with_retries
-
-log = logging.getLogger(__name__)
+from controller.net.http import Answer, HttpFailure, HttpTimeout
+from controller.sources.base import Poller, SourceContext
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
-
-
-
-
-class RabbitMqPoller:
+class RabbitMqPoller(Poller[RabbitMqSource, dict[str, str], int]):
     """Polls one queue through the management API; the password is read from its Secret on every poll."""
 
-    def __init__(self, spec: RabbitMqSource, context: SourceContext, *, retry: RetryPolicy | None = None,
-                 rng: random.Random | None = None) -> None:
-        self._spec = spec
-        self._context = context
-        self._retry = retry or RetryPolicy()
-        self._rng = rng or random.Random()
-        self.attempts = 0
-
-    @property
-    def spec(self) -> RabbitMqSource:
-        return self._spec
+    kind = TYPE
 
     def __repr__(self) -> str:
         return f"RabbitMqPoller(queue={self._spec.queue_label!r}, url={self._spec.management_url!r})"
-
-    async def aclose(self) -> None:
-        return None
 
     @property
     def _url(self) -> str:
         spec = self._spec
         return f"{spec.management_url}/api/queues/{quote(spec.vhost, safe='')}/{quote(spec.queue, safe='')}"
 
-    async def poll(self, budget: float) -> SourceReading:
-        """The queue's ready (and unacknowledged) messages, or an error reading. Never raises."""
-        deadline = deadline_for(budget)
-        self.attempts = 0
-        try:
-            password = ""
-            ref = self._spec.password_secret_ref
-            if ref is not None:
-                try:
-                    password = await self._context.secrets(ref.name, ref.key)
-                except SecretUnavailable as exc:
-                    return SourceReading.failed(exc.code, exc.message, retryable=False)
-            auth = httpx.BasicAuth(self._spec.username, password)
-            outcome = await with_retries(lambda timeout: self._attempt(auth, timeout), deadline, self._retry,
-                                         self._rng)
-            self.attempts = outcome.attempts
-            if outcome.error is not None:
-                return SourceReading(count=None, error=outcome.error)
-            assert outcome.value is not None
-            return SourceReading.of(outcome.value)
-        except Exception as exc:  # never raise out of a poll
-            log.error("rabbitmq %s: unexpected %s", self._spec.queue_label, type(exc).__name__)
-            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+    async def prepare(self, deadline: float) -> dict[str, str] | SourceReading:  # noqa: ARG002
+        """The request's headers: HTTP basic auth with the user and the password from its Secret."""
+        password = ""
+        ref = self._spec.password_secret_ref
+        if ref is not None:
+            try:
+                password = await self._context.secrets(ref.name, ref.key)
+            except SecretUnavailable as exc:
+                return SourceReading.failed(exc.code, exc.message, retryable=False)
+        credentials = base64.b64encode(f"{self._spec.username}:{password}".encode()).decode("ascii")
+        return {"Authorization": f"Basic {credentials}"}
 
-    async def _attempt(self, auth: httpx.BasicAuth, timeout: float) -> int | SourceError:
+    async def attempt(self, settings: dict[str, str], timeout: float) -> int | SourceError:
         spec = self._spec
         try:
-            response = await self._context.http.get(self._url, auth=auth, timeout=timeout)
-        except httpx.TimeoutException:
+            response = await self._context.http.fetch("GET", self._url, headers=settings, timeout=timeout)
+        except HttpTimeout:
             return SourceError("Timeout", f"no answer from {spec.management_url} within {duration(timeout)}")
-        except httpx.TransportError as exc:
-            return SourceError("ConnectionFailed", f"cannot connect to {spec.management_url} ({type(exc).__name__})")
-        status = response.status_code
+        except HttpFailure as exc:
+            return SourceError("ConnectionFailed", f"cannot connect to {spec.management_url} ({exc.reason})")
+        status = response.status
         where = f"queue '{spec.queue}' in vhost '{spec.vhost}' at {spec.management_url}"
         if status == 200:
             return self._count(response, where)
@@ -111,7 +77,7 @@ class RabbitMqPoller:
         return SourceError(f"HTTP{status}", f"HTTP {status} from the management API for {where}",
                            retryable=status in _RETRYABLE_STATUS)
 
-    def _count(self, response: httpx.Response, where: str) -> int | SourceError:
+    def _count(self, response: Answer, where: str) -> int | SourceError:
         try:
             body = response.json()
         except ValueError:
@@ -131,5 +97,3 @@ def build(spec: SourceSpec, context: SourceContext) -> RabbitMqPoller:
     if not isinstance(spec, RabbitMqSource):
         raise TypeError(f"rabbitmq factory got a {type(spec).__name__}")
     return RabbitMqPoller(spec, context)
-
-

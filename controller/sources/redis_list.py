@@ -1,4 +1,4 @@
-"""Redis: the `redis-list` kind's fields, validation and poller.
+"""Redis: the `redis-list` kind's poller.
 
 The count is the length of a list (`LLEN`), or, for a stream, the entries a consumer group has been handed and not
 yet acknowledged (the `XPENDING` summary), plus with `streamCount: pendingAndLag` the entries not yet handed to the
@@ -23,8 +23,8 @@ from controller.model.readings import SourceError, SourceReading
 from controller.model.sources.base import SourceSpec
 from controller.model.sources.redis_list import TYPE, RedisListSource
 from controller.model.textfmt import duration
-from controller.sources.base import SourceContext
-from controller.sources.retries import RetryPolicy, deadline_for, prepare_with_driver, with_retries
+from controller.sources.base import Poller, SourceContext
+from controller.sources.retries import RetryPolicy, prepare_with_driver
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
@@ -94,24 +94,18 @@ def parse_url(url: str, where: str) -> _Connection:
     )
 
 
-class RedisListPoller:
+class RedisListPoller(Poller[RedisListSource, _Connection, int]):
     """Polls one Redis list or stream. Secrets are read on every poll; a changed one opens a new connection."""
+
+    kind = TYPE
 
     def __init__(
         self, spec: RedisListSource, context: SourceContext, *, retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self._spec = spec
-        self._context = context
-        self._retry = retry or RetryPolicy()
-        self._rng = rng or random.Random()
+        super().__init__(spec, context, retry=retry, rng=rng)
         self._client: Redis | None = None
         self._fingerprint = ""
-        self.attempts = 0  # attempts made by the last poll (for tests)
-
-    @property
-    def spec(self) -> RedisListSource:
-        return self._spec
 
     def __repr__(self) -> str:
         return f"RedisListPoller(key={self._spec.queue_label!r}, host={self._spec.host!r})"
@@ -124,29 +118,9 @@ class RedisListPoller:
             except Exception as exc:  # closing must not fail a shutdown
                 log.debug("redis-list %s: closing: %s", self._spec.queue_label, type(exc).__name__)
 
-    async def poll(self, budget: float) -> SourceReading:
-        """The list's length (or the stream's pending count), or an error reading. Never raises."""
-        deadline = deadline_for(budget)
-        self.attempts = 0
-        try:
-            connection = await prepare_with_driver(
-                driver="redis.asyncio", kind=TYPE, install_hint=INSTALL_HINT, settings=self._connection,
-                invalid=_InvalidUrl, invalid_code="InvalidURL",
-            )
-            if isinstance(connection, SourceReading):
-                return connection
-            outcome = await with_retries(lambda timeout: self._attempt(connection, timeout), deadline,
-                                         self._retry, self._rng)
-            self.attempts = outcome.attempts
-            if outcome.error is not None:
-                if outcome.error.retryable:
-                    await self.aclose()  # a half-broken pool: start afresh next poll
-                return SourceReading(count=None, error=outcome.error)
-            assert outcome.value is not None
-            return SourceReading.of(outcome.value)
-        except Exception as exc:  # never raise out of a poll; a driver's text might hold a URL
-            log.error("redis-list %s: unexpected %s", self._spec.queue_label, type(exc).__name__)
-            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+    async def prepare(self, deadline: float) -> _Connection | SourceReading:  # noqa: ARG002
+        return await prepare_with_driver(driver="redis.asyncio", kind=TYPE, install_hint=INSTALL_HINT,
+                                         settings=self._connection, invalid=_InvalidUrl, invalid_code="InvalidURL")
 
     async def _connection(self) -> _Connection:
         spec = self._spec
@@ -179,7 +153,8 @@ class RedisListPoller:
             self._fingerprint = fingerprint
         return self._client
 
-    async def _attempt(self, connection: _Connection, timeout: float) -> int | SourceError:
+    async def attempt(self, settings: _Connection, timeout: float) -> int | SourceError:
+        connection = settings
         from redis import exceptions as rx
 
         spec = self._spec

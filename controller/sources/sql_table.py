@@ -1,4 +1,4 @@
-"""SQL job tables: the `sql-table` kind's fields, validation and poller (PostgreSQL).
+"""SQL job tables: the `sql-table` kind's poller (PostgreSQL).
 
 The count is the number of due, unclaimed rows of a table that workers claim with `SELECT ... FOR UPDATE SKIP
 LOCKED`. The rule describes the rows declaratively (table, due-time column, claim column and the value that means
@@ -31,8 +31,8 @@ from controller.model.sources.sql_table import (
     SqlTableSource,
 )
 from controller.model.textfmt import duration
-from controller.sources.base import SourceContext
-from controller.sources.retries import RetryPolicy, deadline_for, prepare_with_driver, with_retries
+from controller.sources.base import Poller, SourceContext
+from controller.sources.retries import RetryPolicy, prepare_with_driver
 
 log = logging.getLogger(__name__)
 
@@ -152,25 +152,19 @@ _TRANSIENT = {
 }
 
 
-class SqlTablePoller:
+class SqlTablePoller(Poller[SqlTableSource, _Connection, tuple[int, float | None]]):
     """Polls one job table. Secrets are read on every poll; changed ones open a new connection."""
+
+    kind = TYPE
 
     def __init__(
         self, spec: SqlTableSource, context: SourceContext, *, retry: RetryPolicy | None = None,
         rng: random.Random | None = None,
     ) -> None:
-        self._spec = spec
-        self._context = context
-        self._retry = retry or RetryPolicy()
-        self._rng = rng or random.Random()
+        super().__init__(spec, context, retry=retry, rng=rng)
         self._connection: Any = None  # an asyncpg.Connection
         self._fingerprint = ""
-        self.attempts = 0
         self.oldest_age: float | None = None  # seconds, from the last successful poll (see the module docstring)
-
-    @property
-    def spec(self) -> SqlTableSource:
-        return self._spec
 
     def __repr__(self) -> str:
         return f"SqlTablePoller(table={self._spec.queue_label!r}, host={self._spec.host!r})"
@@ -183,32 +177,16 @@ class SqlTablePoller:
             except Exception:
                 connection.terminate()
 
-    async def poll(self, budget: float) -> SourceReading:
-        """The number of due, unclaimed rows, or an error reading. Never raises."""
-        deadline = deadline_for(budget)
-        self.attempts = 0
-        try:
-            connection = await prepare_with_driver(
-                driver="asyncpg", kind=TYPE, install_hint=INSTALL_HINT, settings=self._settings,
-                invalid=_InvalidDsn, invalid_code="InvalidDSN",
-            )
-            if isinstance(connection, SourceReading):
-                return connection
-            outcome = await with_retries(lambda timeout: self._attempt(connection, timeout), deadline,
-                                         self._retry, self._rng)
-            self.attempts = outcome.attempts
-            if outcome.error is not None:
-                if outcome.error.retryable:
-                    await self.aclose()
-                return SourceReading(count=None, error=outcome.error)
-            assert outcome.value is not None
-            count, age = outcome.value
-            self.oldest_age = age
-            note = f"oldest due row waited {duration(age)}" if age is not None else ""
-            return SourceReading.of(count, note)
-        except Exception as exc:  # never raise out of a poll; a driver's text might hold a DSN
-            log.error("sql-table %s: unexpected %s", self._spec.queue_label, type(exc).__name__)
-            return SourceReading.failed("InternalError", f"unexpected {type(exc).__name__} while polling")
+    async def prepare(self, deadline: float) -> _Connection | SourceReading:  # noqa: ARG002
+        return await prepare_with_driver(driver="asyncpg", kind=TYPE, install_hint=INSTALL_HINT,
+                                         settings=self._settings, invalid=_InvalidDsn, invalid_code="InvalidDSN")
+
+    async def reading(self, settings: _Connection, value: tuple[int, float | None],  # noqa: ARG002
+                      deadline: float) -> SourceReading:  # noqa: ARG002
+        count, age = value
+        self.oldest_age = age
+        note = f"oldest due row waited {duration(age)}" if age is not None else ""
+        return SourceReading.of(count, note)
 
     async def _settings(self) -> _Connection:
         spec = self._spec
@@ -246,7 +224,7 @@ class SqlTablePoller:
             self._fingerprint = fingerprint
         return self._connection
 
-    async def _attempt(self, settings: _Connection, timeout: float) -> tuple[int, float | None] | SourceError:
+    async def attempt(self, settings: _Connection, timeout: float) -> tuple[int, float | None] | SourceError:
         import asyncpg
 
         sql, params = count_query(self._spec)

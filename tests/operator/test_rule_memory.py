@@ -29,7 +29,7 @@ from kubernetes import client as kube_client
 from controller.kube.api import KubeApi, load_configuration
 from controller.kube.rules import RuleWatcher
 from controller.model.rule import API_GROUP, API_VERSION
-from controller.net.transport import polling_client
+from controller.net.http import polling_client
 from controller.operator.options import OperatorOptions
 from controller.operator.runner import Operator
 from controller.operator.state import RuleState

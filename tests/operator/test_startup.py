@@ -28,7 +28,7 @@ import yaml
 from benchmarks.capacity import DEV_KEY, _deployment, _rule
 from controller.kube.api import KubeApi, load_configuration
 from controller.kube.timestamps import parse_rfc3339
-from controller.net.transport import polling_client
+from controller.net.http import polling_client
 from controller.operator.options import MAX_SPREAD, OperatorOptions
 from controller.operator.runner import Operator
 from tests.fakekube.server import FakeKube

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import kubernetes_validate
 import pytest
 import yaml
@@ -22,6 +21,7 @@ from controller.kube.api import KubeApi, load_configuration
 from controller.model.fields import Fields, SpecError
 from controller.model.generate import crd_text
 from controller.model.rule import ScaleTargetRef, parse_queuescaler
+from controller.net.http import polling_client
 from controller.operator.options import OperatorOptions
 from controller.operator.runner import Operator
 from controller.targets.kubernetes_scale import KubernetesScaleTarget
@@ -438,7 +438,7 @@ async def test_a_too_short_duration_is_stored_then_refused_by_the_operator_namin
     set_path(doc, path, value)
     created = custom.create_namespaced_custom_object("queuescale.io", "v1alpha1", "default", "queuescalers", doc)
     kube = KubeApi(await load_configuration(str(kubeconfig)))
-    http = httpx.AsyncClient()
+    http = polling_client(timeout=5.0)
     operator = Operator(kube, http, OperatorOptions())
     try:
         await operator.upsert(created)

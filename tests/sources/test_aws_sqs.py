@@ -42,9 +42,6 @@ from tests.helpers import DictSecrets
 from tests.loopback import LoopbackServer, Reply, always
 from tests.transports import http_client
 
-# Every poll here runs on both transports: httpx's default and the operator's aiohttp one.
-pytestmark = pytest.mark.usefixtures("http_transport")
-
 EXAMPLE_SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"  # AWS's documentation example, not a real key
 AUGUST_30 = calendar.timegm(dt.datetime(2015, 8, 30, 12, 36, 0).timetuple())
 FAST = RetryPolicy(request_timeout=2.0, first_delay=0.02, max_delay=0.1, max_attempts=10)

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import threading
 
-import pytest
-
 from controller.model.fields import SecretKeyRef
 from controller.model.sources.azure_queue import AzureQueueSource
 from controller.sources.retries import RetryPolicy
 from tests.helpers import DictSecrets, poll_once, timed_poll
 from tests.loopback import LoopbackServer, Recorded, Reply, always
-
-pytestmark = pytest.mark.usefixtures("http_transport")  # the fast path (asyncio) included
 
 FAST = RetryPolicy(request_timeout=1.0, first_delay=0.02, max_delay=0.1, max_attempts=10)
 SAS = DictSecrets({("sas", "token"): "sv=2025-11-05&sp=r&sig=c2lnbmF0dXJl"})

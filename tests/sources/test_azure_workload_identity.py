@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
-
 from controller.model.sources.azure_queue import AzureQueueSource
 from controller.sources.azure_auth import JWT_BEARER, STORAGE_SCOPE
 from controller.sources.azure_queue import AzureQueuePoller
 from controller.sources.base import SourceContext
 from tests.helpers import DictSecrets, poll_once
 from tests.loopback import LoopbackServer, Recorded, Reply
+from tests.transports import http_client
 
 TENANT = "tenant-1"
 CLIENT = "client-1"
@@ -64,7 +63,7 @@ async def test_exchange_sends_the_federated_token_caches_the_result_and_rereads_
     platform = FakeIdentityPlatform(expires_in=3600)
     now = [1_000_000.0]
     with LoopbackServer(platform) as server:
-        async with httpx.AsyncClient() as http:
+        async with http_client() as http:
             context = SourceContext(http, DictSecrets(), now=lambda: now[0])
             poller = AzureQueuePoller(identity_source(server), context, environ=environment(server, token_file))
 

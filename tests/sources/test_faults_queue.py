@@ -213,11 +213,10 @@ def test_no_key_or_sas_reaches_a_log_event_status_or_metric(
         assert leaked not in produced, "a SAS signature reached the operator's output"
 
 
-@pytest.mark.usefixtures("http_transport")
 async def test_polls_that_time_out_in_a_crowd_do_not_wedge_the_connection_pool(queues: FakeQueueService) -> None:
     """Regression: cancelling requests inside httpx left pooled connections CONNECTING for ever, after which every
-    poll timed out. 300 polls at once through a pool of 10 with a 0.3 s budget must not break the next polls.
-    Runs on both transports (tests/net/test_transport.py cancels requests at the transport itself)."""
+    poll timed out. 300 polls at once through a pool of 10 with a 0.3 s budget must not break the next polls
+    (tests/net/test_http.py cancels requests at the client itself)."""
     from controller.model.fields import SecretKeyRef
     from controller.model.sources.azure_queue import AzureQueueSource
     from controller.sources.azure_queue import AzureQueuePoller

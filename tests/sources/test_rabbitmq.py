@@ -24,9 +24,6 @@ from tests.loopback import LoopbackServer, Reply, always
 from tests.servers import RabbitMqServer
 from tests.transports import http_client
 
-# Every poll here runs on both transports: httpx's default and the operator's aiohttp one.
-pytestmark = pytest.mark.usefixtures("http_transport")
-
 FAST = RetryPolicy(request_timeout=2.0, first_delay=0.05, max_delay=0.3, max_attempts=20)
 MONITOR_PASSWORD = "rabbit-monitor-password-2b8e"
 PASSWORD = SecretKeyRef("rabbit", "password")

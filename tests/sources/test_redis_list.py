@@ -8,7 +8,6 @@ import time
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 
 from controller.model.fields import SecretKeyRef, SpecError
@@ -20,6 +19,7 @@ from controller.sources.redis_list import RedisListPoller, parse_url
 from controller.sources.retries import RetryPolicy
 from tests.helpers import DictSecrets
 from tests.servers import REDIS_PASSWORD, RedisServer
+from tests.transports import http_client
 
 FAST = RetryPolicy(request_timeout=0.5, first_delay=0.02, max_delay=0.1, max_attempts=10)
 PASSWORD = SecretKeyRef("redis", "password")
@@ -53,7 +53,7 @@ def secrets(password: str = REDIS_PASSWORD, **more: str) -> DictSecrets:
 
 async def poll(spec: RedisListSource, secret_values: DictSecrets, *, budget: float = 3.0,
                retry: RetryPolicy = FAST) -> tuple[SourceReading, RedisListPoller]:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = RedisListPoller(spec, SourceContext(http=http, secrets=secret_values), retry=retry)
         try:
             return await poller.poll(budget), poller
@@ -195,7 +195,7 @@ async def test_a_poll_recovers_when_the_server_comes_back() -> None:
     try:
         name = key()
         server.cli("RPUSH", name, "a", "b", "c")
-        async with httpx.AsyncClient() as http:
+        async with http_client() as http:
             poller = RedisListPoller(list_source(server, name), SourceContext(http=http, secrets=secrets()),
                                      retry=FAST)
             assert await poller.poll(2.0) == SourceReading.of(3)
@@ -216,7 +216,7 @@ async def test_a_poll_recovers_when_the_server_comes_back() -> None:
 async def test_a_rotated_password_takes_effect_on_the_next_poll(redis_server: RedisServer) -> None:
     name = key()
     values = secrets("wrong")
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = RedisListPoller(list_source(redis_server, name), SourceContext(http=http, secrets=values),
                                  retry=FAST)
         assert (await poller.poll(2.0)).error is not None

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
-import httpx
 import pytest
 
 from controller.model.fields import SecretKeyRef, SpecError
@@ -24,6 +23,7 @@ from controller.sources.retries import RetryPolicy
 from controller.sources.sql_table import SqlTablePoller, count_query
 from tests.helpers import DictSecrets
 from tests.servers import PG_SCALER_PASSWORD, PG_SUPERUSER_PASSWORD, PostgresServer
+from tests.transports import http_client
 
 FAST = RetryPolicy(request_timeout=1.0, first_delay=0.02, max_delay=0.1, max_attempts=10)
 PASSWORD = SecretKeyRef("pg", "password")
@@ -145,7 +145,7 @@ def secrets(password: str = PG_SCALER_PASSWORD, **more: str) -> DictSecrets:
 
 async def poll(spec: SqlTableSource, values: DictSecrets | None = None, *, budget: float = 5.0,
                retry: RetryPolicy = FAST) -> tuple[SourceReading, SqlTablePoller]:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = SqlTablePoller(spec, SourceContext(http=http, secrets=values or secrets()), retry=retry)
         try:
             return await poller.poll(budget), poller
@@ -279,7 +279,7 @@ async def test_a_server_that_is_down_is_retried_within_the_budget() -> None:
 async def test_polls_reuse_one_connection_and_survive_it_being_killed(
     postgres_server: PostgresServer, jobs: str
 ) -> None:
-    async with httpx.AsyncClient() as http:
+    async with http_client() as http:
         poller = SqlTablePoller(source(postgres_server, jobs), SourceContext(http=http, secrets=secrets()),
                                 retry=FAST)
         try:
