@@ -97,14 +97,15 @@ class Metrics:
             "queuescale_build_info", "Build information (always 1)", ["version", "python"], registry=r,
         )
         self.build_info.labels(version=__version__, python=platform.python_version()).set(1)
-        # (namespace, rule) -> (family name, other label values) -> (family, series)
-        self._rule_series: dict[tuple[str, str], dict[tuple[str, ...], tuple[MetricWrapperBase, Any]]] = {}
+        # (namespace, rule) -> (the family's id, other label values) -> (family, series). The families live as long
+        # as this object, so their ids are stable keys (the client offers no public accessor for a family's name).
+        self._rule_series: dict[tuple[str, str], dict[tuple[object, ...], tuple[MetricWrapperBase, Any]]] = {}
 
     def of_rule(self, family: Family, namespace: str, rule: str, *rest: str) -> Family:
         """The series of a per-rule family for these label values (namespace, rule, then the family's others in
         order), remembered under the rule so that forget_rule finds its series at once."""
         series = self._rule_series.setdefault((namespace, rule), {})
-        key = (family._name, *rest)  # the client offers no public accessor for the name
+        key = (id(family), *rest)
         known = series.get(key)
         if known is None:
             known = series[key] = (family, family.labels(namespace, rule, *rest))
@@ -114,7 +115,7 @@ class Metrics:
     def forget_rule(self, namespace: str, rule: str) -> None:
         """Drop every series of a deleted rule, so dashboards do not show ghosts. (Found by rule, not by walking
         every series: a namespace of 10,000 rules deleted at once would walk 10,000 x 40,000.)"""
-        for (_name, *rest), (family, _child) in self._rule_series.pop((namespace, rule), {}).items():
+        for (_family_id, *rest), (family, _child) in self._rule_series.pop((namespace, rule), {}).items():
             with contextlib.suppress(KeyError):
                 family.remove(namespace, rule, *rest)
 
