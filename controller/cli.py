@@ -464,6 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="only the closing summary: no progress bar, no line per poll (default: a bar on a "
                         "terminal, a line per poll otherwise)")
     record.set_defaults(handler=_record)
+    for sub in commands.choices.values():
+        sub.set_defaults(command_parser=sub)  # for errors worded with the command's own usage
     return parser
 
 
@@ -493,8 +495,8 @@ def _dispatch(argv: Sequence[str] | None) -> int:
     if unknown:
         # As `parse_args` would, but with the command's own usage: argparse leaves a flag no subcommand knows to
         # the top parser, whose usage does not show the command's options.
-        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+        command_parser: argparse.ArgumentParser = args.command_parser
+        command_parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         code: int = args.handler(args)
     except KeyboardInterrupt:
