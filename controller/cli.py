@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from controller import __version__
 
@@ -280,27 +280,26 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                            "write the simulator's metrics measured live and simulated (default: the bursts)")
     demo.add_argument("--policy", metavar="RULE.yaml",
                       help="with --scenario: the QueueScaler to run (default: the simulator's default rule)")
-    demo.add_argument("--burst", type=int, default=d.burst, metavar="N", help=f"messages (default {d.burst})")
-    demo.add_argument("--burst-at", type=_duration, default=d.burst_at, metavar="T",
-                      help=f"when, after the rule starts (default {duration(d.burst_at)})")
-    demo.add_argument("--second-burst", type=int, default=d.second_burst, metavar="N",
-                      help=f"messages of a second burst, 0 for none (default {d.second_burst})")
-    demo.add_argument("--second-burst-at", type=_duration, default=d.second_burst_at, metavar="T",
-                      help=f"when, after the rule starts (default {duration(d.second_burst_at)})")
-    demo.add_argument("--work-time", type=_duration, default=d.work_time, metavar="T",
-                      help=f"work per message (default {duration(d.work_time)})")
-    demo.add_argument("--polling-interval", type=_duration, default=d.polling_interval, metavar="T",
-                      help=f"the rule's pollingInterval (default {duration(d.polling_interval)})")
-    demo.add_argument("--max-workers", type=int, default=d.max_workers, metavar="N",
-                      help=f"the rule's maxReplicas, 1 to 64 (default {d.max_workers})")
-    demo.add_argument("--target-per-replica", type=float, default=d.target_per_replica, metavar="N",
-                      help=f"messages per worker (default {d.target_per_replica:g})")
-    demo.add_argument("--scale-down-delay", type=_duration, default=d.scale_down_delay, metavar="T",
-                      help=f"the rule's scaleDown.delay (default {duration(d.scale_down_delay)})")
-    demo.add_argument("--scale-to-zero-delay", type=_duration, default=d.scale_to_zero_delay, metavar="T",
-                      help=f"the rule's scaleToZeroDelay (default {duration(d.scale_to_zero_delay)})")
-    demo.add_argument("--max-duration", type=_duration, default=d.max_duration, metavar="T",
-                      help=f"stop anyway after this (exit 1; default {duration(d.max_duration)})")
+    # The demo's knobs: flag, how it reads, what it is (its default from DemoOptions, printed as it reads).
+    knobs: list[tuple[str, Callable[[str], object], str, str]] = [
+        ("--burst", int, "N", "messages"),
+        ("--burst-at", _duration, "T", "when, after the rule starts"),
+        ("--second-burst", int, "N", "messages of a second burst, 0 for none"),
+        ("--second-burst-at", _duration, "T", "when, after the rule starts"),
+        ("--work-time", _duration, "T", "work per message"),
+        ("--polling-interval", _duration, "T", "the rule's pollingInterval"),
+        ("--max-workers", int, "N", "the rule's maxReplicas, 1 to 64"),
+        ("--target-per-replica", float, "N", "messages per worker"),
+        ("--scale-down-delay", _duration, "T", "the rule's scaleDown.delay"),
+        ("--scale-to-zero-delay", _duration, "T", "the rule's scaleToZeroDelay"),
+        ("--max-duration", _duration, "T", "stop anyway after this (exit 1)"),
+    ]
+    for flag, read, metavar, meaning in knobs:
+        default = getattr(d, flag[2:].replace("-", "_"))
+        shown = duration(default) if read is _duration else f"{default:g}"
+        # "(default X)", or inside the meaning's own parenthesis: "stop anyway after this (exit 1; default 10m)"
+        help_text = f"{meaning[:-1]}; default {shown})" if meaning.endswith(")") else f"{meaning} (default {shown})"
+        demo.add_argument(flag, type=read, default=default, metavar=metavar, help=help_text)
     demo.add_argument("--out", default=str(d.out_dir), metavar="DIR",
                       help=f"report, timeline, summary and worker logs (default {d.out_dir}/)")
     demo.add_argument("--live", action=argparse.BooleanOptionalAction, default=None,

@@ -383,3 +383,7 @@ class SecretKeyRef:
     name: str
     key: str
 
+    def __str__(self) -> str:
+        """How messages name it: `Secret 'queue-auth' key 'connection-string'` (never its value)."""
+        return f"Secret '{self.name}' key '{self.key}'"
+

@@ -356,6 +356,14 @@ def replicas_change_per_period(period: float, events: Iterable[tuple[float, int]
     return sum(change for when, change in events if when > now - period)
 
 
+def _period_start_replicas(current_replicas: int, period: float, up_events: list[tuple[float, int]],
+                           down_events: list[tuple[float, int]], now: float) -> int:
+    """The replicas at the start of a policy's period, as both limit functions compute it (current minus the pods
+    added in the period, plus the pods removed)."""
+    return (current_replicas - replicas_change_per_period(period, up_events, now)
+            + replicas_change_per_period(period, down_events, now))
+
+
 def calculate_scale_up_limit_with_scaling_rules(current_replicas: int, up_events: list[tuple[float, int]],
                                                 down_events: list[tuple[float, int]], rules: HpaDirection,
                                                 now: float) -> int:
@@ -364,8 +372,7 @@ def calculate_scale_up_limit_with_scaling_rules(current_replicas: int, up_events
         return current_replicas
     proposals = []
     for policy in rules.policies:
-        start = (current_replicas - replicas_change_per_period(policy.period, up_events, now)
-                 + replicas_change_per_period(policy.period, down_events, now))
+        start = _period_start_replicas(current_replicas, policy.period, up_events, down_events, now)
         if policy.type == "Pods":
             proposals.append(start + policy.value)
         else:
@@ -382,8 +389,7 @@ def calculate_scale_down_limit_with_behaviors(current_replicas: int, up_events: 
         return current_replicas
     proposals = []
     for policy in rules.policies:
-        start = (current_replicas - replicas_change_per_period(policy.period, up_events, now)
-                 + replicas_change_per_period(policy.period, down_events, now))
+        start = _period_start_replicas(current_replicas, policy.period, up_events, down_events, now)
         if policy.type == "Pods":
             proposals.append(start - policy.value)
         else:

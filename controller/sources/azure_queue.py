@@ -76,7 +76,7 @@ class _Access:
     def check_secret(self) -> str:
         if self.secret is None:
             return ""
-        return f": check the Secret '{self.secret.name}' key '{self.secret.key}'"
+        return f": check the {self.secret}"
 
 
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -187,18 +187,18 @@ class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
         spec = self._spec
         if spec.connection_secret_ref is not None:
             ref = spec.connection_secret_ref
-            conn = parse_connection_string(text, where=_secret_words(ref))
+            conn = parse_connection_string(text, where=str(ref))
             account = conn.account or _host(conn.queue_endpoint)
             return _Access(conn.queue_endpoint, account, "connection string", ref, conn.shared_key, conn.sas)
         account = spec.account_name or ""
         endpoint = spec.endpoint or f"https://{account}.queue.{CLOUD_SUFFIXES[spec.cloud]}"
         if spec.account_key_secret_ref is not None:
             ref = spec.account_key_secret_ref
-            key = SharedKey.from_base64(account, text, where=_secret_words(ref))
+            key = SharedKey.from_base64(account, text, where=str(ref))
             return _Access(endpoint, account, "account key", ref, shared_key=key)
         if spec.sas_secret_ref is not None:
             ref = spec.sas_secret_ref
-            sas = SasToken.parse(text, where=_secret_words(ref))
+            sas = SasToken.parse(text, where=str(ref))
             return _Access(endpoint, account, "SAS", ref, sas=sas)
         return _Access(endpoint, account, "workload identity")
 
@@ -344,9 +344,6 @@ class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
         detail = f": {azure_message}" if azure_message else ""
         return f"HTTP {status} ({code}) from {path}{detail}"
 
-
-def _secret_words(ref: SecretKeyRef) -> str:
-    return f"Secret '{ref.name}' key '{ref.key}'"
 
 
 def _host(url: str) -> str:

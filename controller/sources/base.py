@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Generic, Protocol, TypeVar
 
+from controller.model.fields import SecretKeyRef
 from controller.model.readings import SourceError, SourceReading
 from controller.model.secrets import SecretResolver
 from controller.model.sources.base import SourceSpec
@@ -78,6 +79,10 @@ class Poller(ABC, Generic[SpecT, SettingsT, ValueT]):
 
     async def aclose(self) -> None:
         return None
+
+    async def secret(self, ref: SecretKeyRef | None) -> str | None:
+        """The value of the Secret key `ref` names (read on every poll), or None when the rule names none."""
+        return None if ref is None else await self._context.secrets(ref.name, ref.key)
 
     def _wall_clock(self) -> float:
         return self._context.now() if self._context.now is not None else time.time()

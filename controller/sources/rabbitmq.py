@@ -63,7 +63,7 @@ class RabbitMqPoller(Poller[RabbitMqSource, dict[str, str], int]):
         if status == 200:
             return self._count(response, where)
         if status == 401:
-            check = (f": check the Secret '{spec.password_secret_ref.name}' key '{spec.password_secret_ref.key}'"
+            check = (f": check the {spec.password_secret_ref}"
                      if spec.password_secret_ref is not None else "")
             return SourceError("AuthenticationFailed", f"RabbitMQ at {spec.management_url} rejected user "
                                f"'{spec.username}'{check} (a user needs the monitoring tag to use the API)",

@@ -124,14 +124,10 @@ class RedisListPoller(Poller[RedisListSource, _Connection, int]):
 
     async def _connection(self) -> _Connection:
         spec = self._spec
-        password = None
-        if spec.password_secret_ref is not None:
-            ref = spec.password_secret_ref
-            password = await self._context.secrets(ref.name, ref.key)
-        if spec.url_secret_ref is not None:
-            ref = spec.url_secret_ref
-            url = await self._context.secrets(ref.name, ref.key)
-            conn = parse_url(url, f"Secret '{ref.name}' key '{ref.key}'")
+        password = await self.secret(spec.password_secret_ref)
+        url = await self.secret(spec.url_secret_ref)
+        if url is not None:
+            conn = parse_url(url, str(spec.url_secret_ref))
             return _Connection(conn.host, conn.port, conn.db, conn.tls, spec.username or conn.username,
                                password if password is not None else conn.password)
         assert spec.host is not None
@@ -235,7 +231,7 @@ class RedisListPoller(Poller[RedisListSource, _Connection, int]):
 
     def _check_secret(self) -> str:
         ref = self._spec.password_secret_ref or self._spec.url_secret_ref
-        return f": check the Secret '{ref.name}' key '{ref.key}'" if ref is not None else ""
+        return f": check the {ref}" if ref is not None else ""
 
     def _acl_hint(self) -> str:
         if self._spec.stream_name is None:

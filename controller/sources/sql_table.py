@@ -190,14 +190,10 @@ class SqlTablePoller(Poller[SqlTableSource, _Connection, tuple[int, float | None
 
     async def _settings(self) -> _Connection:
         spec = self._spec
-        password = None
-        if spec.password_secret_ref is not None:
-            ref = spec.password_secret_ref
-            password = await self._context.secrets(ref.name, ref.key)
-        if spec.dsn_secret_ref is not None:
-            ref = spec.dsn_secret_ref
-            dsn = await self._context.secrets(ref.name, ref.key)
-            where, user = parse_dsn(dsn, f"Secret '{ref.name}' key '{ref.key}'")
+        password = await self.secret(spec.password_secret_ref)
+        dsn = await self.secret(spec.dsn_secret_ref)
+        if dsn is not None:
+            where, user = parse_dsn(dsn, str(spec.dsn_secret_ref))
             return _Connection(where=where, user=user, dsn=dsn.strip(), password=password)
         assert spec.host is not None and spec.database is not None and spec.user is not None
         return _Connection(where=f"{spec.host}:{spec.port}/{spec.database}", user=spec.user, host=spec.host,
@@ -264,7 +260,7 @@ class SqlTablePoller(Poller[SqlTableSource, _Connection, tuple[int, float | None
         table = f"table '{spec.table}'" if spec.table else "the query"
         if state in ("28P01", "28000"):
             ref = spec.password_secret_ref or spec.dsn_secret_ref
-            check = f": check the Secret '{ref.name}' key '{ref.key}'" if ref is not None else ""
+            check = f": check the {ref}" if ref is not None else ""
             return SourceError("AuthenticationFailed", f"PostgreSQL at {settings.where} refused user "
                                f"'{settings.user}' ({server_message}){check}", retryable=False)
         if state == "42501":
