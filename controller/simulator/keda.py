@@ -299,12 +299,19 @@ def stabilize_recommendation(recommendations: list[tuple[float, int]], now: floa
             stale = i
         elif recommendation > stabilized:
             stabilized = recommendation
+    return stabilized, _recorded(recommendations, stale, now, desired)
+
+
+def _recorded(recommendations: list[tuple[float, int]], stale: int, now: float,
+              desired: int) -> list[tuple[float, int]]:
+    """The log with `desired` recorded now, in the oldest stale entry's place when there is one (as upstream reuses
+    it rather than growing the slice)."""
     log = list(recommendations)
     if stale >= 0:
         log[stale] = (now, desired)
     else:
         log.append((now, desired))
-    return stabilized, log
+    return log
 
 
 def convert_desired_replicas_with_rules(current_replicas: int, desired: int, min_replicas: int,
@@ -343,12 +350,7 @@ def stabilize_recommendation_with_behaviors(
         stabilized = up_recommendation
     if stabilized > down_recommendation:
         stabilized = down_recommendation
-    log = list(recommendations)
-    if stale >= 0:
-        log[stale] = (now, desired)
-    else:
-        log.append((now, desired))
-    return stabilized, log
+    return stabilized, _recorded(recommendations, stale, now, desired)
 
 
 def replicas_change_per_period(period: float, events: Iterable[tuple[float, int]], now: float) -> int:
