@@ -14,10 +14,13 @@ from kubernetes.aio import config as aio_config
 
 from tests.azurite import azurite, own_azurite
 from tests.fakekube import FakeKube
+from tests.faults import queues
 from tests.operator_harness import kube, operators
 from tests.servers import postgres_server, rabbitmq_server, redis_server
 
-__all__ = ["azurite", "kube", "operators", "own_azurite", "postgres_server", "rabbitmq_server", "redis_server"]
+__all__ = [
+    "azurite", "kube", "operators", "own_azurite", "postgres_server", "queues", "rabbitmq_server", "redis_server",
+]
 
 
 def _server_threads() -> list[threading.Thread]:

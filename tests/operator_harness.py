@@ -22,6 +22,7 @@ from kubernetes import client as kube_client
 from controller.model.rule import API_GROUP, API_VERSION
 from tests.azurite import Azurite, free_port
 from tests.fakekube.server import FakeKube
+from tests.kube_helpers import custom
 
 ROOT = Path(__file__).resolve().parent.parent
 NS = "shop"
@@ -164,10 +165,6 @@ def rule(api: kube_client.ApiClient, name: str, queue: str, secret_name: str, **
         },
     }
     custom(api).create_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", body)
-
-
-def custom(api: kube_client.ApiClient) -> kube_client.CustomObjectsApi:
-    return kube_client.CustomObjectsApi(api)
 
 
 def replicas(kube: FakeKube, name: str) -> int:

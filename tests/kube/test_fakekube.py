@@ -22,19 +22,12 @@ from kubernetes.client.rest import ApiException
 from tests.fakekube import FakeKube, Fault
 from tests.fakekube.server import TOKEN
 from tests.fakekube.tls import client_context_from_kubeconfig
+from tests.kube_helpers import deployment
 
 GROUP, VERSION, PLURAL = "queuescale.io", "v1alpha1", "queuescalers"
 MERGE = "application/merge-patch+json"
 
 
-def deployment(name: str = "worker", replicas: int = 2, labels: dict[str, str] | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": labels or {"app": name}},
-        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                 "template": {"metadata": {"labels": {"app": name}},
-                              "spec": {"containers": [{"name": "main", "image": "worker:1"}]}}},
-    }
 
 
 def queuescaler(name: str = "orders", max_replicas: int = 10) -> dict[str, Any]:

@@ -28,14 +28,15 @@ from controller.kube.secrets import ALLOWED_RULES_ANNOTATION, ALLOWED_SOURCES_AN
 from controller.model.rule import API_GROUP, API_VERSION
 from controller.model.secrets import SecretUnavailable
 from tests.azurite import Azurite
+from tests.chart import helm, normalised, render
 from tests.fakekube.server import FakeKube
+from tests.kube_helpers import custom
 from tests.operator_harness import (
     NS,
     ROOT,
     RULES_API,
     Operator,
     condition,
-    custom,
     deployment,
     events,
     make_queue,
@@ -46,7 +47,6 @@ from tests.operator_harness import (
     status,
     wait_for,
 )
-from tests.project.test_chart import helm, normalised, render
 
 # ---------------------------------------------------------------------------------------------- helpers
 

@@ -25,6 +25,7 @@ from controller.kube.errors import KubeError
 from controller.kube.rules import RuleWatcher
 from controller.model.rule import API_GROUP, API_VERSION
 from tests.fakekube import FakeKube
+from tests.kube_helpers import custom, not_served
 from tests.operator_harness import ROOT, RULES_API
 
 NS = "shop"
@@ -80,8 +81,6 @@ def rule(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]
     }
 
 
-def custom(api: kube_client.ApiClient) -> kube_client.CustomObjectsApi:
-    return kube_client.CustomObjectsApi(api)
 
 
 def create(api: kube_client.ApiClient, body: dict[str, Any]) -> None:
@@ -92,13 +91,6 @@ def delete(api: kube_client.ApiClient, name: str) -> None:
     custom(api).delete_namespaced_custom_object(API_GROUP, API_VERSION, NS, "queuescalers", name)
 
 
-def not_served(api: kube_client.ApiClient) -> bool:
-    """Whether listing QueueScalers answers 404, as it does once their CRD is gone."""
-    try:
-        custom(api).list_cluster_custom_object(API_GROUP, API_VERSION, "queuescalers")
-    except kube_client.ApiException as error:
-        return bool(error.status == 404)
-    return False
 
 
 async def until(what: str, check: Callable[[], bool], timeout: float = 10.0) -> None:

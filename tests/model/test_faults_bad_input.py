@@ -14,10 +14,9 @@ from kubernetes import client as kube_client
 
 from tests.fakekube.server import FakeKube
 from tests.fakekube.store import ApiError
+from tests.faults import FakeQueueService, start_rule
 from tests.operator_harness import NS, Operator, condition, deployment, replicas, wait_for
-from tests.sources.test_faults_queue import FakeQueueService, queues, start_rule
 
-__all__ = ["queues"]
 
 def _base() -> dict[str, Any]:
     return {

@@ -11,10 +11,8 @@ from collections.abc import Callable
 from kubernetes import client as kube_client
 
 from tests.fakekube.server import FakeKube
+from tests.faults import FakeQueueService, start_rule, watch_replicas
 from tests.operator_harness import NS, Operator, replicas, status, wait_for
-from tests.sources.test_faults_queue import FakeQueueService, queues, start_rule, watch_replicas
-
-__all__ = ["queues"]
 
 
 def _changes(seen: list[int]) -> list[int]:

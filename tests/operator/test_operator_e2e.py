@@ -23,13 +23,13 @@ from kubernetes import client as kube_client
 from controller.model.rule import API_GROUP, API_VERSION
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
+from tests.kube_helpers import custom
 from tests.operator_harness import (
     NS,
     ROOT,
     RULES_API,
     Operator,
     condition,
-    custom,
     deployment,
     events,
     make_queue,

@@ -17,12 +17,11 @@ from kubernetes import client as kube_client
 from controller.model.rule import API_GROUP, API_VERSION
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
-from tests.kube.test_rule_watch import not_served
+from tests.kube_helpers import custom, not_served
 from tests.operator_harness import (
     NS,
     RULES_API,
     Operator,
-    custom,
     deployment,
     make_queue,
     queue_name,

@@ -27,7 +27,7 @@ from controller.operator.runner import Operator
 from controller.targets.kubernetes_scale import KubernetesScaleTarget
 from tests.fakekube import FakeKube
 from tests.fakekube.schema import apply_defaults, cel_errors, validation_errors
-from tests.kube.test_fakekube import deployment
+from tests.kube_helpers import deployment
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"

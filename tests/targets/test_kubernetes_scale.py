@@ -22,7 +22,7 @@ from controller.reconciler import Reconciler
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 from controller.targets.kubernetes_scale import KubernetesScaleTarget, TargetThrottled
 from tests.fakekube import FakeKube
-from tests.kube.test_fakekube import deployment
+from tests.kube_helpers import deployment
 
 ROOT = Path(__file__).resolve().parents[2]
 
