@@ -144,9 +144,8 @@ def _run(args: argparse.Namespace) -> int:
 def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     import os
 
-    run = commands.add_parser(
-        "run", formatter_class=_HelpFormatter, epilog=_epilog("run"),
-        help="run the operator", description="Watch QueueScalers and scale their targets.",
+    run = _command(
+        commands, "run", help="run the operator", description="Watch QueueScalers and scale their targets.",
     )
     run.add_argument("--kubeconfig", metavar="FILE",
                      help="kubeconfig file (default: in-cluster config, then $KUBECONFIG, then ~/.kube/config)")
@@ -269,9 +268,8 @@ def _add_demo(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     from controller.model.textfmt import duration
 
     d = DemoOptions()
-    demo = commands.add_parser(
-        "demo", formatter_class=_HelpFormatter, epilog=_epilog("demo"),
-        help="a live local demo: Azurite, real workers, the real reconciler",
+    demo = _command(
+        commands, "demo", help="a live local demo: Azurite, real workers, the real reconciler",
         description="Start Azurite on 127.0.0.1, send bursts to a queue and watch the operator's reconciler scale "
         "real worker processes; ends by itself, stops everything it started, writes a report.",
     )
@@ -353,6 +351,13 @@ def _epilog(command: str) -> str:
     return "Examples:\n" + EXAMPLES[command]
 
 
+def _command(commands: argparse._SubParsersAction[argparse.ArgumentParser], name: str, *, help: str,
+             description: str) -> argparse.ArgumentParser:
+    """A subcommand's parser, with the help layout and examples every command has."""
+    return commands.add_parser(name, formatter_class=_HelpFormatter, epilog=_epilog(name), help=help,
+                               description=description)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="queuescale",
@@ -362,9 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"queuescale {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    validate = commands.add_parser(
-        "validate", formatter_class=_HelpFormatter, epilog=_epilog("validate"),
-        help="check QueueScaler YAML files",
+    validate = _command(
+        commands, "validate", help="check QueueScaler YAML files",
         description="Check QueueScaler YAML files; "
         "print every error as FILE: NAME: field.path: message; exit 1 on any error.",
     )
@@ -373,9 +377,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(validate, OUTPUTS, "one line per error", json_alias=False)
     validate.set_defaults(handler=_validate)
 
-    check = commands.add_parser(
-        "check", formatter_class=_HelpFormatter, epilog=_epilog("check"),
-        help="poll a rule's queues once and show the decision",
+    check = _command(
+        commands, "check", help="poll a rule's queues once and show the decision",
         description="Poll every source of every rule in RULE once (no cluster needed), print the counts or errors "
         "and what the policy would decide; exit 1 if any source did not answer. Secrets come from Secret "
         "manifests (--secrets, or in RULE) or from env QUEUESCALE_SECRET_<NAME>_<KEY>.",
@@ -389,9 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(check, OUTPUTS, "a table for people; json is one object per rule, one per line", json_alias=True)
     check.set_defaults(handler=_check)
 
-    simulate = commands.add_parser(
-        "simulate", formatter_class=_HelpFormatter, epilog=_epilog("simulate"),
-        help="replay a queue workload against policies offline",
+    simulate = _command(
+        commands, "simulate", help="replay a queue workload against policies offline",
         description="Run a scenario (built-in name or YAML file) against QueueScaler rules and baselines "
         "(KEDA ScaledObject, static, AWS-style target tracking) on a virtual clock; compare cost and latency.",
     )
@@ -420,9 +422,8 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(handler=_simulate, parser=simulate)
     _add_run(commands)
     _add_demo(commands)
-    convert = commands.add_parser(
-        "convert-keda", formatter_class=_HelpFormatter, epilog=_epilog("convert-keda"),
-        help="turn KEDA ScaledObjects into QueueScalers",
+    convert = _command(
+        commands, "convert-keda", help="turn KEDA ScaledObjects into QueueScalers",
         description="Print the QueueScaler equivalent to each ScaledObject in the file (azure-queue, rabbitmq, "
         "redis, postgresql and aws-sqs-queue triggers); TriggerAuthentications and Deployments in the same file are "
         "used to find the Secrets. Whatever cannot be carried over is a warning on stderr, one line each; an object "
@@ -434,9 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_output(convert, ("yaml", "json", "name"), "yaml", json_alias=False)
     convert.add_argument("--out", metavar="FILE", help="write the QueueScalers here (default: standard output)")
     convert.set_defaults(handler=_convert_keda)
-    record = commands.add_parser(
-        "record", formatter_class=_HelpFormatter, epilog=_epilog("record"),
-        help="record a rule's queue traffic as a simulator trace",
+    record = _command(
+        commands, "record", help="record a rule's queue traffic as a simulator trace",
         description="Poll a rule's queues every polling interval for DURATION and write the estimated arrivals per "
         "interval as a trace (t,arrivals) that `queuescale simulate --scenario` can replay. Without "
         "--completion-rate the arrivals are the count's growth (a lower bound); see docs/workflow.md.",

@@ -358,47 +358,6 @@ def replicas_change_per_period(period: float, events: Iterable[tuple[float, int]
     return sum(change for when, change in events if when > now - period)
 
 
-def _period_start_replicas(current_replicas: int, period: float, up_events: list[tuple[float, int]],
-                           down_events: list[tuple[float, int]], now: float) -> int:
-    """The replicas at the start of a policy's period, as both limit functions compute it (current minus the pods
-    added in the period, plus the pods removed)."""
-    return (current_replicas - replicas_change_per_period(period, up_events, now)
-            + replicas_change_per_period(period, down_events, now))
-
-
-def calculate_scale_up_limit_with_scaling_rules(current_replicas: int, up_events: list[tuple[float, int]],
-                                                down_events: list[tuple[float, int]], rules: HpaDirection,
-                                                now: float) -> int:
-    """calculateScaleUpLimitWithScalingRules: the most replicas the scale-up policies allow now."""
-    if rules.select_policy == "Disabled":
-        return current_replicas
-    proposals = []
-    for policy in rules.policies:
-        start = _period_start_replicas(current_replicas, policy.period, up_events, down_events, now)
-        if policy.type == "Pods":
-            proposals.append(start + policy.value)
-        else:
-            # Rounded up, or a small Percent could never add a pod.
-            proposals.append(_to_int32(math.ceil(start * (1 + policy.value / 100))))
-    return min(proposals) if rules.select_policy == "Min" else max(proposals)
-
-
-def calculate_scale_down_limit_with_behaviors(current_replicas: int, up_events: list[tuple[float, int]],
-                                              down_events: list[tuple[float, int]], rules: HpaDirection,
-                                              now: float) -> int:
-    """calculateScaleDownLimitWithBehaviors: the fewest replicas the scale-down policies allow now."""
-    if rules.select_policy == "Disabled":
-        return current_replicas
-    proposals = []
-    for policy in rules.policies:
-        start = _period_start_replicas(current_replicas, policy.period, up_events, down_events, now)
-        if policy.type == "Pods":
-            proposals.append(start - policy.value)
-        else:
-            proposals.append(int(start * (1 - policy.value / 100)))  # Go's int32(): toward zero
-    return max(proposals) if rules.select_policy == "Min" else min(proposals)
-
-
 def convert_desired_replicas_with_behavior_rate(
     current_replicas: int, desired: int, min_replicas: int, max_replicas: int, behavior: HpaBehavior,
     up_events: list[tuple[float, int]], down_events: list[tuple[float, int]], now: float,
@@ -417,6 +376,43 @@ def convert_desired_replicas_with_behavior_rate(
         if desired < minimum:
             return minimum, reason
     return desired, "DesiredWithinRange"
+
+
+def calculate_scale_up_limit_with_scaling_rules(current_replicas: int, up_events: list[tuple[float, int]],
+                                                down_events: list[tuple[float, int]], rules: HpaDirection,
+                                                now: float) -> int:
+    """calculateScaleUpLimitWithScalingRules: the most replicas the scale-up policies allow now."""
+    return _policies_limit(current_replicas, up_events, down_events, rules, now, up=True)
+
+
+def calculate_scale_down_limit_with_behaviors(current_replicas: int, up_events: list[tuple[float, int]],
+                                              down_events: list[tuple[float, int]], rules: HpaDirection,
+                                              now: float) -> int:
+    """calculateScaleDownLimitWithBehaviors: the fewest replicas the scale-down policies allow now."""
+    return _policies_limit(current_replicas, up_events, down_events, rules, now, up=False)
+
+
+def _policies_limit(current_replicas: int, up_events: list[tuple[float, int]], down_events: list[tuple[float, int]],
+                    rules: HpaDirection, now: float, *, up: bool) -> int:
+    """Both upstream functions, which differ only in the sign of a policy and in which proposal `Min` picks: each
+    policy proposes from the replicas at its period's start (current, minus the pods added in the period, plus the
+    pods removed)."""
+    if rules.select_policy == "Disabled":
+        return current_replicas
+    proposals = []
+    for policy in rules.policies:
+        start = (current_replicas - replicas_change_per_period(policy.period, up_events, now)
+                 + replicas_change_per_period(policy.period, down_events, now))
+        if policy.type == "Pods":
+            proposals.append(start + policy.value if up else start - policy.value)
+        elif up:
+            # Rounded up, or a small Percent could never add a pod.
+            proposals.append(_to_int32(math.ceil(start * (1 + policy.value / 100))))
+        else:
+            proposals.append(int(start * (1 - policy.value / 100)))  # Go's int32(): toward zero
+    # `Min` picks the smallest change: the lowest proposal going up, the highest going down.
+    lowest = (rules.select_policy == "Min") == up
+    return min(proposals) if lowest else max(proposals)
 
 
 # --------------------------------------------------------------------------------------------------------------
