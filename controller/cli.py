@@ -107,43 +107,28 @@ def _duration(text: str) -> float:
 
 def _run(args: argparse.Namespace) -> int:
     import asyncio
+    from dataclasses import fields
 
     from controller.operator import logs
     from controller.operator.options import OperatorOptions
     from controller.operator.runner import run
 
     logs.configure(args.log_format, args.log_level)
-    options = OperatorOptions(
-        kubeconfig=args.kubeconfig,
-        context=args.context,
-        namespaces=tuple(args.namespace or ()),
-        selector=args.selector,
-        leader_elect=args.leader_elect,
-        lease_namespace=args.lease_namespace,
-        lease_name=args.lease_name,
-        identity=args.identity,
-        lease_duration=args.lease_duration,
-        renew_deadline=args.renew_deadline,
-        retry_period=args.retry_period,
-        bind_address=args.bind_address,
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-        status_interval=args.status_interval,
-        status_heartbeat=args.status_heartbeat,
-        secret_ttl=args.secret_ttl,
-        secret_access=args.secret_access,
-        target_refresh=args.target_refresh,
-        status_rate=args.status_rate,
-        max_concurrent_ticks=args.max_concurrent_ticks,
-        kube_qps=args.kube_qps,
-        kube_burst=args.kube_burst,
-    )
+    # Every flag of `run` is the option of the same name; --namespace, repeatable, gives `namespaces`.
+    flags = vars(args)
+    options = OperatorOptions(namespaces=tuple(args.namespace or ()), **{
+        option.name: flags[option.name] for option in fields(OperatorOptions) if option.name in flags})
     return asyncio.run(run(options))
 
 
 def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     import os
 
+    from controller.model.secrets import SECRET_ACCESS_MODES
+    from controller.model.textfmt import duration
+    from controller.operator.options import OperatorOptions
+
+    o = OperatorOptions()  # every default is the options' own
     run = _command(
         commands, "run", help="run the operator", description="Watch QueueScalers and scale their targets.",
     )
@@ -156,50 +141,60 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                      help="watch only rules with these labels (e.g. shard=a), to shard rules (default: every rule)")
     run.add_argument("--leader-elect", action="store_true",
                      help="only the holder of a Lease scales (default: off, every replica scales)")
-    run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", "queuescale-system"),
+    run.add_argument("--lease-namespace", default=os.environ.get("POD_NAMESPACE", o.lease_namespace),
                      metavar="NS", help="namespace of the leader election Lease (default: $POD_NAMESPACE, else "
                      "queuescale-system)")
-    run.add_argument("--lease-name", default="queuescale-operator", metavar="NAME",
+    run.add_argument("--lease-name", default=o.lease_name, metavar="NAME",
                      help="name of the leader election Lease (default: %(default)s)")
     run.add_argument("--identity", default=os.environ.get("POD_NAME", ""),
                      help="leader election identity (default: $POD_NAME, else host name and process id)")
-    run.add_argument("--lease-duration", type=_duration, default=15.0, metavar="T",
-                     help="how long a Lease holds without renewal before another replica may take it (default 15s)")
-    run.add_argument("--renew-deadline", type=_duration, default=10.0, metavar="T",
-                     help="the leader stops scaling if it cannot renew its Lease within this (default 10s)")
-    run.add_argument("--retry-period", type=_duration, default=2.0, metavar="T",
-                     help="how often to try to take or renew the Lease (default 2s)")
-    run.add_argument("--bind-address", default="0.0.0.0", metavar="ADDRESS",
+    run.add_argument("--lease-duration", type=_duration, default=o.lease_duration, metavar="T",
+                     help="how long a Lease holds without renewal before another replica may take it "
+                          f"(default {duration(o.lease_duration)})")
+    run.add_argument("--renew-deadline", type=_duration, default=o.renew_deadline, metavar="T",
+                     help="the leader stops scaling if it cannot renew its Lease within this "
+                          f"(default {duration(o.renew_deadline)})")
+    run.add_argument("--retry-period", type=_duration, default=o.retry_period, metavar="T",
+                     help=f"how often to try to take or renew the Lease (default {duration(o.retry_period)})")
+    run.add_argument("--bind-address", default=o.bind_address, metavar="ADDRESS",
                      help="address for the health and metrics servers (default: %(default)s, every interface)")
-    run.add_argument("--metrics-port", type=int, default=8080, metavar="PORT",
+    run.add_argument("--metrics-port", type=int, default=o.metrics_port, metavar="PORT",
                      help="Prometheus metrics on /metrics (default %(default)s; 0: any free port)")
-    run.add_argument("--health-port", type=int, default=8081, metavar="PORT",
+    run.add_argument("--health-port", type=int, default=o.health_port, metavar="PORT",
                      help="/healthz and /readyz (default %(default)s; 0: any free port)")
-    run.add_argument("--status-interval", type=_duration, default=30.0, metavar="T",
-                     help="write status changes that are only counts at most this often (default 30s)")
-    run.add_argument("--status-heartbeat", type=_duration, default=300.0, metavar="T",
-                     help="rewrite a status whose only change is lastPollTime this often (default 5m)")
-    run.add_argument("--status-rate", type=float, default=50.0, metavar="N",
-                     help="average count-only and heartbeat status writes per second over all rules (default 50): "
+    run.add_argument("--status-interval", type=_duration, default=o.status_interval, metavar="T",
+                     help="write status changes that are only counts at most this often "
+                          f"(default {duration(o.status_interval)})")
+    run.add_argument("--status-heartbeat", type=_duration, default=o.status_heartbeat, metavar="T",
+                     help="rewrite a status whose only change is lastPollTime this often "
+                          f"(default {duration(o.status_heartbeat)})")
+    run.add_argument("--status-rate", type=float, default=o.status_rate, metavar="N",
+                     help="average count-only and heartbeat status writes per second over all rules "
+                          f"(default {o.status_rate:g}): "
                           "with many rules each one's counts are written less often; 0: no limit")
-    run.add_argument("--secret-ttl", type=_duration, default=30.0, metavar="T",
-                     help="how long a Secret read is reused (default 30s; an auth error from a queue drops it)")
-    run.add_argument("--secret-access", choices=("annotated", "namespace"), default="annotated",
+    run.add_argument("--secret-ttl", type=_duration, default=o.secret_ttl, metavar="T",
+                     help=f"how long a Secret read is reused (default {duration(o.secret_ttl)}; an auth error from a "
+                          "queue drops it)")
+    run.add_argument("--secret-access", choices=SECRET_ACCESS_MODES, default=o.secret_access,
                      help="annotated: a Secret serves only the rules its queuescale.io/allowed-rules annotation "
                           "names (or \"*\"); namespace: any rule of the Secret's namespace (default %(default)s)")
-    run.add_argument("--target-refresh", type=_duration, default=60.0, metavar="T",
-                     help="re-read a target's scale this often when no scaling is due (default 1m; a tick that "
+    run.add_argument("--target-refresh", type=_duration, default=o.target_refresh, metavar="T",
+                     help="re-read a target's scale this often when no scaling is due "
+                          f"(default {duration(o.target_refresh)}; a tick that "
                           "would scale always reads it first; 0 reads it every tick). Deployments and StatefulSets "
                           "the operator may watch are read from the watch on every tick instead")
-    run.add_argument("--max-concurrent-ticks", type=_positive_int, default=500, metavar="N",
-                     help="ticks in progress at once over all rules (default 500): when the process has more due "
+    run.add_argument("--max-concurrent-ticks", type=_positive_int, default=o.max_concurrent_ticks, metavar="N",
+                     help=f"ticks in progress at once over all rules (default {o.max_concurrent_ticks}): when the "
+                          "process has more due "
                           "than it has CPU for, ticks start late rather than all at once and each timing out")
-    run.add_argument("--kube-qps", type=float, default=100.0, metavar="N",
+    run.add_argument("--kube-qps", type=float, default=o.kube_qps, metavar="N",
                      help="API requests a second the operator makes on average, after a burst of --kube-burst "
-                          "(default 100; watches, leader election and scale writes are not held back; 0: no limit): "
+                          f"(default {o.kube_qps:g}; watches, leader election and scale writes are not held back; "
+                          "0: no limit): "
                           "a fresh install of many rules writes their first statuses at this rate")
-    run.add_argument("--kube-burst", type=_positive_int, default=200, metavar="N",
-                     help="API requests the operator may make at once before --kube-qps applies (default 200)")
+    run.add_argument("--kube-burst", type=_positive_int, default=o.kube_burst, metavar="N",
+                     help="API requests the operator may make at once before --kube-qps applies "
+                          f"(default {o.kube_burst})")
     run.add_argument("--log-format", choices=("text", "json"), default="text",
                      help="text for people, json (one object per line) for log collectors (default %(default)s)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",

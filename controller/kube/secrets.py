@@ -19,10 +19,10 @@ import asyncio
 import base64
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 from controller.kube.api import KubeApi, core_path
-from controller.model.secrets import SecretResolver, SecretUnavailable
+from controller.model.secrets import SECRET_ACCESS_MODES, SecretAccess, SecretResolver, SecretUnavailable
 
 # (namespace, name) -> the Secret object (its `data` of base64 values and its `metadata`); raises an exception
 # with .status (404, 403, ...) like KubeError
@@ -43,8 +43,6 @@ def secret_reader(api: KubeApi) -> SecretReader:
 # and nothing needs to select Secrets by it (the operator reads Secrets by name, never lists them).
 ALLOWED_RULES_ANNOTATION = "queuescale.io/allowed-rules"
 ALLOWED_SOURCES_ANNOTATION = "queuescale.io/allowed-sources"
-SecretAccess = Literal["annotated", "namespace"]
-SECRET_ACCESS_MODES: tuple[SecretAccess, ...] = ("annotated", "namespace")
 
 
 class _Entry:

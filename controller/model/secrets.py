@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 
 class SecretUnavailable(Exception):
@@ -21,3 +21,9 @@ class SecretResolver(Protocol):
     """Reads one key of a Secret in the rule's namespace."""
 
     async def __call__(self, name: str, key: str) -> str: ...
+
+
+SecretAccess = Literal["annotated", "namespace"]
+
+
+SECRET_ACCESS_MODES: tuple[SecretAccess, ...] = ("annotated", "namespace")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from controller.kube.secrets import SecretAccess
+from controller.model.secrets import SecretAccess
 
 # Seconds over which rules started together (the first list, a new leader) begin polling, however many they are.
 # A first tick asks the API server for nothing any more: targets come from the watch (whose first list the ticks
