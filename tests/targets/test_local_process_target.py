@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 import time
@@ -13,6 +12,7 @@ import pytest
 
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 from controller.targets.local_process import LocalProcessTarget
+from tests.commandline import alive
 
 # Each worker sets up its SIGTERM handling, then writes its replica number to a file named after its pid (so a
 # test knows it is ready for signals) and waits.
@@ -33,16 +33,6 @@ while True:
 CRASHING = "import sys; sys.exit(3)"
 
 
-def alive(pid: int) -> bool:
-    """Exists and is not a zombie."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def python(script: str, *args: str) -> list[str]:
