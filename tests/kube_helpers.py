@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from kubernetes import client as kube_client
+from kubernetes.client.rest import ApiException
 
 from controller.model.rule import API_GROUP, API_VERSION
 
@@ -30,3 +32,9 @@ def deployment(name: str = "worker", replicas: int = 2, labels: dict[str, str] |
 
 def custom(api: kube_client.ApiClient) -> kube_client.CustomObjectsApi:
     return kube_client.CustomObjectsApi(api)
+
+
+def status_of(error: ApiException) -> dict[str, Any]:
+    body = json.loads(error.body)
+    assert isinstance(body, dict)
+    return body

@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 from tests.fakekube import FakeKube, Fault
 from tests.fakekube.server import TOKEN
 from tests.fakekube.tls import client_context_from_kubeconfig
-from tests.kube_helpers import deployment
+from tests.kube_helpers import deployment, status_of
 
 GROUP, VERSION, PLURAL = "queuescale.io", "v1alpha1", "queuescalers"
 MERGE = "application/merge-patch+json"
@@ -68,22 +68,6 @@ def test_a_request_without_credentials_is_401(fake_kube: FakeKube) -> None:
                                context=fake_kube.client_ssl_context())
     assert caught.value.code == 401
     caught.value.close()
-
-
-def status_of(error: ApiException) -> dict[str, Any]:
-    body = json.loads(error.body)
-    assert isinstance(body, dict)
-    return body
-
-
-@pytest.fixture
-def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
-
-
-@pytest.fixture
-def core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import json
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.fakekube import FakeKube
 from tests.fakekube.server import TOKEN
+from tests.kube_helpers import status_of
 
 GROUP, VERSION, PLURAL = "queuescale.io", "v1alpha1", "queuescalers"
 APPLY = "application/apply-patch+yaml"
@@ -46,26 +46,10 @@ def rule(name: str = "orders", **spec: Any) -> dict[str, Any]:
     }
 
 
-def status_of(error: ApiException) -> dict[str, Any]:
-    body = json.loads(error.body)
-    assert isinstance(body, dict)
-    return body
-
-
 def refused(call: Any, *args: Any, **kwargs: Any) -> tuple[int, dict[str, Any]]:
     with pytest.raises(ApiException) as caught:
         call(*args, **kwargs)
     return caught.value.status, status_of(caught.value)
-
-
-@pytest.fixture
-def apps(api: client.ApiClient) -> client.AppsV1Api:
-    return client.AppsV1Api(api)
-
-
-@pytest.fixture
-def core(api: client.ApiClient) -> client.CoreV1Api:
-    return client.CoreV1Api(api)
 
 
 @pytest.fixture
