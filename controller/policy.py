@@ -3,10 +3,12 @@
 No I/O and no clock of its own. The order of the steps, each documented in docs/policy.md:
 
 1. paused -> keep current;
-2. a failed poll -> keep current (or scale up on what the sources that answered say), and after
-   `fallback.failureThreshold` failures in a row, the fallback (hold, or raise to a fixed count);
-3. the raw need: count / targetPerReplica, or with `throughputPerReplica` the rate formula
-   arrivals/throughput + backlog/(throughput * drainTime); `lookahead` projects a growing backlog forward;
+2. a failed poll -> keep current, or scale up on what is known (the sources that answered, the failing ones'
+   last counts), and after `fallback.failureThreshold` failures in a row, the fallback (hold, or raise to a
+   fixed count) as a floor;
+3. the raw need: count / target, the target being targetPerReplica, or in rate mode messagesPerReplica plus
+   throughput x drainTime, the throughput as stated or as drains showed (bounded by the stated one);
+   `lookahead` projects a growing backlog forward;
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
 6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down);
@@ -16,7 +18,8 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 9. bounds: [minReplicas, maxReplicas] narrowed by active schedules. Constraints always win.
 
 The memory is what must survive a restart (it lives in the rule's status): recommendation runs, scale events,
-last scale times, when the queue went inactive, and consecutive failures. It changes only when one of those does,
+last scale times, when the queue went inactive, consecutive failures, the throughput drains showed and where the
+current drain started, and the last counts of failing sources. It changes only when one of those does,
 so an operator writes status only when something happened.
 """
 
