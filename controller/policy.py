@@ -81,8 +81,8 @@ def _median_slope(points: Sequence[tuple[float, float]]) -> float | None:
 # How far a learned throughput is trusted, as multiples of the stated one. Down to half: a serviceTime guessed
 # x0.5 must still meet the objective; below that the rule is wrong, not the guess. Never above: a drain faster
 # than stated may be a lucky run of short messages, and trusting it spends the margin the objective keeps; a
-# serviceTime guessed too long only costs worker-seconds (measured: a ceiling of 1.5 lost 77 s of p99 on
-# holdout-long-jobs and gained nothing on the built-in scenarios).
+# serviceTime guessed too long only costs worker-seconds (measured: a ceiling of 1.5 gained nothing on the
+# built-in scenarios).
 LEARNED_FLOOR = 0.5
 LEARNED_CEILING = 1.0
 # A drain at least this share of the stated throughput confirms it: drains are lower bounds (arrivals during a
