@@ -450,7 +450,7 @@ def _on_failure(
         how = (f"raising to at least {plural(fallback.replicas or 0, 'replica')}" if fallback.mode == "fixed"
                else f"holding {plural(current, 'replica')}")
         return replace(
-            base, desired=desired, memory=memory, reason=Reason.FALLBACK, fallback=True, count=count,
+            base, desired=desired, memory=memory, reason=Reason.FALLBACK, fallback=True,
             message=f"{failures} polls in a row failed ({what}); fallback: {how}",
         )
     if answered is not None:
@@ -460,7 +460,7 @@ def _on_failure(
             f"{what})",
         )
     return replace(
-        base, desired=_clamp(current, bounds), memory=memory, reason=Reason.POLL_FAILED, count=count,
+        base, desired=_clamp(current, bounds), memory=memory, reason=Reason.POLL_FAILED,
         message=f"poll failed ({what}); holding {current} replicas "
         f"(fallback after {fallback.failure_threshold - failures} more)",
     )
