@@ -3,10 +3,12 @@
 No I/O and no clock of its own. The order of the steps, each documented in docs/policy.md:
 
 1. paused -> keep current;
-2. a failed poll -> keep current (or scale up on what the sources that answered say), and after
-   `fallback.failureThreshold` failures in a row, the fallback (hold, or raise to a fixed count);
-3. the raw need: count / targetPerReplica, or with `throughputPerReplica` the rate formula
-   arrivals/throughput + backlog/(throughput * drainTime); `lookahead` projects a growing backlog forward;
+2. a failed poll -> keep current, or scale up on what is known (the sources that answered, the failing ones'
+   last counts), and after `fallback.failureThreshold` failures in a row, the fallback (hold, or raise to a
+   fixed count) as a floor;
+3. the raw need: count / target, the target being targetPerReplica, or in rate mode messagesPerReplica plus
+   throughput x drainTime, the throughput as stated or as drains showed (bounded by the stated one);
+   `lookahead` projects a growing backlog forward;
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
 6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down);
@@ -16,7 +18,8 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 9. bounds: [minReplicas, maxReplicas] narrowed by active schedules. Constraints always win.
 
 The memory is what must survive a restart (it lives in the rule's status): recommendation runs, scale events,
-last scale times, when the queue went inactive, and consecutive failures. It changes only when one of those does,
+last scale times, when the queue went inactive, consecutive failures, the throughput drains showed and where the
+current drain started, and the last counts of failing sources. It changes only when one of those does,
 so an operator writes status only when something happened.
 """
 
@@ -49,12 +52,17 @@ def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float
     """The count's slope (messages/s) over the trend window: the median of the pairwise slopes (Theil-Sen).
 
     Robust to a single jump: a burst that lands between two polls is backlog, not a rate, and must not be
-    projected forward as one. None with fewer than two points.
+    projected forward as one. Only polls every source answered are points: a partial count is not the same sum,
+    and its return would read as growth. None with fewer than two points.
     """
     start = now - spec.policy.trend_window
-    points = [(o.time, total) for o in observations if o.time >= start and (total := o.total(spec)) is not None]
-    if len(points) < 2:
-        return None
+    return _median_slope([
+        (o.time, total) for o in observations
+        if o.time >= start and not o.failed and (total := o.total(spec)) is not None
+    ])
+
+
+def _median_slope(points: Sequence[tuple[float, float]]) -> float | None:
     slopes = sorted(
         (c2 - c1) / (t2 - t1)
         for i, (t1, c1) in enumerate(points)
@@ -68,21 +76,113 @@ def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Memory
+# Memory: what the drains taught, and the last counts of failing sources
+
+# How far a learned throughput is trusted, as multiples of the stated one. Down to half: a serviceTime guessed
+# x0.5 must still meet the objective; below that the rule is wrong, not the guess. Never above: a drain faster
+# than stated may be a lucky run of short messages, and trusting it spends the margin the objective keeps; a
+# serviceTime guessed too long only costs worker-seconds (measured: a ceiling of 1.5 gained nothing on the
+# built-in scenarios).
+LEARNED_FLOOR = 0.5
+LEARNED_CEILING = 1.0
+# A drain at least this share of the stated throughput confirms it: drains are lower bounds (arrivals during a
+# drain slow it), and a backlog cleared at 80 % of the stated speed is as likely arrivals as slower replicas.
+CONSISTENT_DRAIN = 0.8
+# A drain slower than this share of the stated throughput reads as arrivals that go on, not as slow replicas:
+# a count that falls slowly proves nothing about how fast replicas work.
+INFORMATIVE_DRAIN = 0.4
+# Polls a drain must span before it teaches anything: one interval is noise.
+DRAIN_POLLS = 3
+# Messages a drain must clear before it teaches anything: a few completions more or less (service times vary)
+# would swing a small drain's rate by half.
+DRAIN_MESSAGES = 20.0
+# A drain is read only with a backlog behind every slot of at least this share of the drain time's worth: a count
+# that hovers just above the work in flight falls and rises with single completions and arrivals.
+BACKLOG_SHARE = 0.5
 
 
+def learn_throughput(
+    spec: QueueScalerSpec, count: float, current: int, memory: ScalingMemory, now: float, startup: float
+) -> ScalingMemory:
+    """The memory after this poll's count: where the current drain started, and the throughput drains showed.
+
+    A drain is a stretch of polls with the replicas unchanged (the new ones given their start-up time) and a
+    backlog behind every slot (the count at least `messagesPerReplica` plus half the drain time's worth per
+    replica), so that replicas complete `current x throughput` messages a second. The count's change is arrivals
+    minus completions, so its fall since the drain started, per replica and second, is a lower bound of the real
+    throughput whatever arrived meanwhile. The learned throughput is the fastest such drain seen: a rule whose
+    serviceTime is too short (replicas slower than it says) never drains faster than the real rate, and sizing
+    from it keeps the objective. A drain counts once it spans DRAIN_POLLS polls and DRAIN_MESSAGES messages and
+    runs at INFORMATIVE_DRAIN x the stated throughput or more (a count falling slowly is arrivals going on, not
+    slow replicas); the sizing trusts it only within [LEARNED_FLOOR, LEARNED_CEILING] x the stated throughput.
+    """
+    stated = stated_throughput(spec)
+    if stated is None or spec.policy.target_per_replica is not None or current <= 0 or (
+        len(spec.sources) > 1 and spec.aggregation != "sum"
+    ):
+        return memory
+    per_replica = spec.policy.messages_per_replica or 1
+    settled = max(
+        (memory.last_scale_up or -math.inf) + startup,
+        (memory.last_scale_down or -math.inf) + max(startup, spec.polling_interval),
+    )
+    backlog = BACKLOG_SHARE * stated * (sizing(spec).drain_time or 0.0)
+    if now < settled or count < (per_replica + backlog) * current:
+        return memory if memory.drain_from is None else replace(memory, drain_from=None)
+    start = memory.drain_from
+    if start is None or start[0] < settled or count >= start[1] + DRAIN_MESSAGES:
+        # A drain is measured from its peak: a count that rose since the drain started would hide its speed.
+        return replace(memory, drain_from=(now, count))
+    since, first = start
+    fallen = first - count
+    if now - since < DRAIN_POLLS * spec.polling_interval or fallen < DRAIN_MESSAGES:
+        return memory
+    drain = fallen / (current * (now - since))
+    if drain < INFORMATIVE_DRAIN * stated:
+        return memory
+
+    known = trusted_throughput(spec, memory.learned_throughput)
+    # Only a drain that moves the trusted value is remembered: status is written when memory changes.
+    if known is not None and memory.learned_throughput is not None and (
+        (trusted_throughput(spec, drain) or 0.0) <= 1.02 * known
+    ):
+        return memory
+    return replace(memory, learned_throughput=drain)
 
 
+def known_count(
+    spec: QueueScalerSpec, observation: Observation, history: Sequence[Observation], memory: ScalingMemory
+) -> tuple[float | None, ScalingMemory]:
+    """The count with each failing source's last answer in its place, and the memory that keeps those answers.
 
-
-
-
-
-
-
-
-
-
+    A failing queue did not empty: its last count is the best that is known of it, and treating it as zero would
+    size the rule for the other queues alone. The count is held as it was: not aged down (workers may have
+    drained it, but nothing says they did, and a failed poll does not scale down anyway), nor projected up by its
+    trend before the failure (measured: no change on checkout-outage or holdout-outage-catchup, so not worth a
+    guess that a burst's slope times a long outage would turn into an invented backlog). None when no source
+    answered and nothing is known.
+    """
+    kept = {index: (time, count) for index, time, count in memory.last_known_counts}
+    counts: list[float] = []
+    for index, (reading, source) in enumerate(zip(observation.readings, spec.sources, strict=False)):
+        if reading.count is not None:
+            counts.append(reading.count * source.weight)
+            continue
+        if index not in kept:
+            last = next(
+                (o for o in reversed(history) if len(o.readings) > index and o.readings[index].count is not None),
+                None,
+            )
+            if last is None:
+                continue
+            kept[index] = (last.time, float(last.readings[index].count or 0))
+        counts.append(kept[index][1] * source.weight)
+    remembered = tuple(sorted((index, time, count) for index, (time, count) in kept.items()))
+    if remembered != memory.last_known_counts:
+        memory = replace(memory, last_known_counts=remembered)
+    if not counts:
+        return None, memory
+    return (max(counts) if spec.aggregation == "max" else sum(counts)), memory
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -197,13 +297,32 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(2 * spec.polling_interval, startup))
 
 
-def sizing(spec: QueueScalerSpec, measured_startup: float | None = None) -> Sizing:
-    """The mode and the knobs of `spec` after the defaults that depend on it; `measured_startup` is the target's
-    start-up time as the operator measured it (None: unknown)."""
+def stated_throughput(spec: QueueScalerSpec) -> float | None:
+    """Messages per second one replica completes, as the rule states it (rate mode); None in count mode."""
     policy = spec.policy
-    throughput = policy.throughput_per_replica
-    if throughput is None and policy.service_time is not None:
-        throughput = (policy.messages_per_replica or 1) / policy.service_time
+    if policy.throughput_per_replica is not None:
+        return policy.throughput_per_replica
+    if policy.service_time is not None:
+        return (policy.messages_per_replica or 1) / policy.service_time
+    return None
+
+
+def trusted_throughput(spec: QueueScalerSpec, learned: float | None) -> float | None:
+    """The throughput the sizing uses: the learned one, bounded by the stated one (see `learn_throughput`)."""
+    stated = stated_throughput(spec)
+    if stated is None or learned is None or learned >= CONSISTENT_DRAIN * stated:
+        return stated
+    return min(LEARNED_CEILING * stated, max(LEARNED_FLOOR * stated, learned))
+
+
+def sizing(
+    spec: QueueScalerSpec, measured_startup: float | None = None, *, learned_throughput: float | None = None
+) -> Sizing:
+    """The mode and the knobs of `spec` after the defaults that depend on it; `measured_startup` is the target's
+    start-up time as the operator measured it (None: unknown), `learned_throughput` what the drains showed (the
+    memory's; bounded by the stated throughput)."""
+    policy = spec.policy
+    throughput = trusted_throughput(spec, learned_throughput)
     if throughput is None:
         return Sizing(
             mode="count",
@@ -233,7 +352,13 @@ def sizing(spec: QueueScalerSpec, measured_startup: float | None = None) -> Sizi
 
 
 def raw_need(
-    spec: QueueScalerSpec, count: float, slope: float | None, current: int, measured_startup: float | None = None
+    spec: QueueScalerSpec,
+    count: float,
+    slope: float | None,
+    current: int,
+    measured_startup: float | None = None,
+    *,
+    learned_throughput: float | None = None,
 ) -> float:
     """Replicas the count asks for, unrounded, before tolerance and limits.
 
@@ -242,7 +367,7 @@ def raw_need(
     (at most messagesPerReplica per current replica) keeps its replicas: the need never drops below the replicas
     that are busy, so a scale-in never counts on busy workers being idle.
     """
-    size = sizing(spec, measured_startup)
+    size = sizing(spec, measured_startup, learned_throughput=learned_throughput)
     growth = max(0.0, slope or 0.0)
     need = (count + growth * size.lookahead) / size.target
     if size.per_replica is not None:
@@ -279,33 +404,48 @@ def decide(
         return replace(base, reason=Reason.PAUSED, message=f"paused: holding {plural(current, 'replica')}")
 
     if observation.failed:
-        return _on_failure(spec, observation, base, current, memory, now, bounds, count, slope, measured_startup)
+        return _on_failure(spec, observation, history, base, current, memory, now, bounds, slope, measured_startup)
 
     assert count is not None
-    if memory.consecutive_failures:
-        memory = replace(memory, consecutive_failures=0)
+    if memory.consecutive_failures or memory.last_known_counts:
+        memory = replace(memory, consecutive_failures=0, last_known_counts=())
+    memory = learn_throughput(spec, count, current, memory, now, startup_time(spec, measured_startup))
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
 
 def _on_failure(
     spec: QueueScalerSpec,
     observation: Observation,
+    history: Sequence[Observation],
     base: Decision,
     current: int,
     memory: ScalingMemory,
     now: float,
     bounds: Bounds,
-    count: float | None,
     slope: float | None,
     measured_startup: float | None,
 ) -> Decision:
     failures = memory.consecutive_failures + 1
     memory = replace(memory, consecutive_failures=failures)
+    count, memory = known_count(spec, observation, history, memory)
     errors = [r.error for r in observation.readings if r.error is not None]
     what = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no source answered"
     fallback = spec.fallback
+    # What is known (the sources that answered, the failing ones' last counts) is a lower bound of the need:
+    # good enough to scale up on, never down.
+    answered = None
+    if count is not None:
+        answered = _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
+        if answered.desired <= current:
+            answered = None
     if failures >= fallback.failure_threshold:
         floor = max(current, fallback.replicas or 0) if fallback.mode == "fixed" else current
+        if answered is not None and answered.desired > floor:
+            return replace(
+                answered, memory=replace(memory, inactive_since=None), fallback=True,
+                message=f"{answered.message} (on what is known: the sources that answered and the last counts "
+                f"of those failing; {failures} polls in a row failed: {what})",
+            )
         desired = _clamp(floor, bounds)
         how = (f"raising to at least {plural(fallback.replicas or 0, 'replica')}" if fallback.mode == "fixed"
                else f"holding {plural(current, 'replica')}")
@@ -313,17 +453,14 @@ def _on_failure(
             base, desired=desired, memory=memory, reason=Reason.FALLBACK, fallback=True,
             message=f"{failures} polls in a row failed ({what}); fallback: {how}",
         )
-    desired = _clamp(current, bounds)
-    if count is not None:
-        # Some sources answered: their count is a lower bound, good enough to scale up on, never down.
-        answered = _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
-        if answered.desired > current:
-            return replace(
-                answered, memory=replace(memory, inactive_since=None),
-                message=f"{answered.message} (on the sources that answered; {what})",
-            )
+    if answered is not None:
+        return replace(
+            answered, memory=replace(memory, inactive_since=None),
+            message=f"{answered.message} (on the sources that answered and the last counts of those failing; "
+            f"{what})",
+        )
     return replace(
-        base, desired=desired, memory=memory, reason=Reason.POLL_FAILED,
+        base, desired=_clamp(current, bounds), memory=memory, reason=Reason.POLL_FAILED,
         message=f"poll failed ({what}); holding {current} replicas "
         f"(fallback after {fallback.failure_threshold - failures} more)",
     )
@@ -341,11 +478,12 @@ def _on_count(
     measured_startup: float | None,
 ) -> Decision:
     policy = spec.policy
-    size = sizing(spec, measured_startup)
+    learned = memory.learned_throughput
+    size = sizing(spec, measured_startup, learned_throughput=learned)
     to_zero_delay = scale_to_zero_delay(spec, measured_startup)
     active = count > policy.activation_threshold
     inactive_since = None if active else (memory.inactive_since if memory.inactive_since is not None else now)
-    need = raw_need(spec, count, slope, current, measured_startup)
+    need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned)
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False
@@ -371,7 +509,7 @@ def _on_count(
     memory = _remember(memory, spec, now, recommended, inactive_since)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
-    summary = _summary(spec, count, slope, need)
+    summary = _summary(spec, count, slope, need, size.throughput)
 
     # Stabilization windows (HPA): going up takes the smallest recent recommendation, going down the largest.
     up_rec = _window(memory.recommendations, now, policy.scale_up.stabilization_window, min)
@@ -427,11 +565,16 @@ def _on_count(
     )
 
 
-def _summary(spec: QueueScalerSpec, count: float, slope: float | None, need: float) -> str:
+def _summary(spec: QueueScalerSpec, count: float, slope: float | None, need: float, throughput: float | None) -> str:
     sources = len(spec.sources)
     what = f"{spec.aggregation} of {sources} queues" if sources > 1 else "queue"
     growth = f", trend {slope:+.2f}/s" if slope is not None else ""
-    return f"{what} count {_n(count)}{growth} needs {need:.2f} replicas"
+    stated = stated_throughput(spec)
+    learned = (
+        f" (at {throughput:.3g}/s a replica as drains showed; the rule states {stated:.3g}/s)"
+        if throughput is not None and stated is not None and abs(throughput / stated - 1) > 0.01 else ""
+    )
+    return f"{what} count {_n(count)}{growth} needs {need:.2f} replicas{learned}"
 
 
 def _explain(
@@ -539,11 +682,7 @@ def _remember(
     kept = memory.recommendations if first == 0 and len(runs) == len(memory.recommendations) else tuple(runs[first:])
     if kept is memory.recommendations and events is memory.scale_events and inactive_since == memory.inactive_since:
         return memory  # the usual tick: nothing to remember, nothing to allocate
-    return ScalingMemory(
-        recommendations=kept, scale_events=events, last_scale_up=memory.last_scale_up,
-        last_scale_down=memory.last_scale_down, inactive_since=inactive_since, pending_since=memory.pending_since,
-        consecutive_failures=memory.consecutive_failures,
-    )
+    return replace(memory, recommendations=kept, scale_events=events, inactive_since=inactive_since)
 
 
 def _window(runs: Sequence[Recommendation], now: float, window: float, pick: Callable[[list[int]], int]) -> int:

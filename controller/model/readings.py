@@ -110,6 +110,12 @@ class ScalingMemory:
     inactive_since: float | None = None
     pending_since: float | None = None  # at zero replicas, when work first waited (rate mode defers waking)
     consecutive_failures: int = 0
+    # Messages/s one replica was seen to complete (the fastest drain per busy replica; the policy bounds it).
+    learned_throughput: float | None = None
+    # (source index, time, count): the last count of each source failing now, held in its place until it answers.
+    last_known_counts: tuple[tuple[int, float, float], ...] = ()
+    # (time, count) where the current drain was first seen: every slot busy, replicas unchanged since.
+    drain_from: tuple[float, float] | None = None
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was really scaled (call only once the write succeeded)."""
@@ -134,6 +140,9 @@ class ScalingMemory:
             "inactiveSince": self.inactive_since,
             "pendingSince": self.pending_since,
             "consecutiveFailures": self.consecutive_failures,
+            "learnedThroughput": self.learned_throughput,
+            "lastKnownCounts": [[i, t, c] for i, t, c in self.last_known_counts],
+            "drainFrom": None if self.drain_from is None else list(self.drain_from),
         }
 
     @classmethod
@@ -155,6 +164,12 @@ class ScalingMemory:
                 inactive_since=_time(data.get("inactiveSince")),
                 pending_since=_time(data.get("pendingSince")),
                 consecutive_failures=_whole(data.get("consecutiveFailures", 0)),
+                learned_throughput=_time(data.get("learnedThroughput")),
+                last_known_counts=tuple(
+                    (_whole(i), _number(t), _number(c)) for i, t, c in _rows(data.get("lastKnownCounts"), 3)
+                ),
+                drain_from=next(((_number(t), _number(c)) for t, c in _rows(
+                    None if data.get("drainFrom") is None else [data.get("drainFrom")], 2)), None),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None
