@@ -103,6 +103,8 @@ class SimulatedTarget:
         self._ref = ref
         self.world = world
         self.clock = clock
+        self._asks: list[tuple[int, int]] = []  # scale-ups waiting for their ready replicas: (asked at, replicas)
+        self.startup_seconds: float | None = None
 
     @property
     def ref(self) -> ScaleTargetRef:
@@ -110,15 +112,35 @@ class SimulatedTarget:
 
     async def read(self) -> ScaleState:
         world = self.world
+        self._follow()
         version = str(len(world.scale_actions))
-        return ScaleState(replicas=world.desired, ready_replicas=world.ready, version=version)
+        return ScaleState(replicas=world.desired, ready_replicas=world.ready, version=version,
+                          startup_seconds=self.startup_seconds)
 
     async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
         world = self.world
         if read.replicas != world.desired:
             raise TargetConflict()
+        if replicas > world.desired:
+            self._asks.append((int(self.clock.t), replicas))
         world.set_desired(replicas, int(self.clock.t))
         return await self.read()
+
+    def _follow(self) -> None:
+        """Measure start-up times as the operator's workload watch does (controller/kube/workloads.py): from a
+        scale-up we asked for to the moment the ready replicas reached its count; an ask scaled down below before
+        its pods came is never measured; of several met together, the last one asked is the one measured."""
+        world = self.world
+        kept = []
+        for asked_at, replicas in self._asks:
+            if world.desired < replicas:
+                continue
+            met = next((t for t, ready in world.ready_changes if t >= asked_at and ready >= replicas), None)
+            if met is None:
+                kept.append((asked_at, replicas))
+            else:
+                self.startup_seconds = float(met - asked_at)
+        self._asks = kept
 
 
 @dataclass(frozen=True)

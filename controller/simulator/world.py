@@ -136,6 +136,9 @@ class World:
         self.ready = initial_replicas
         self.starting: deque[list[int]] = deque()  # [ready at, pods], oldest first
         self.starting_count = 0
+        # When pods became ready and how many were ready then, lately: the simulated target measures start-up
+        # times from it as the operator's workload watch does (our scale-up -> ready replicas reaching it).
+        self.ready_changes: deque[tuple[int, int]] = deque(maxlen=64)
         self.tally = Tally()
         self.last_direction = 0
         self.reversals = 0
@@ -312,10 +315,14 @@ class World:
         if self.drains:
             self._step_drains(t)
         starting = self.starting
+        became_ready = False
         while starting and starting[0][0] <= t:
             pods = starting.popleft()[1]
             self.ready += pods
             self.starting_count -= pods
+            became_ready = True
+        if became_ready:
+            self.ready_changes.append((t, self.ready))
         pending = self.pending
         while pending and pending[0][0] <= t:
             cohort = heapq.heappop(pending)[2]
@@ -543,6 +550,10 @@ class MultiQueueWorld:
     @property
     def ready(self) -> int:
         return self.lead.ready
+
+    @property
+    def ready_changes(self) -> deque[tuple[int, int]]:
+        return self.lead.ready_changes
 
     @property
     def reversals(self) -> int:

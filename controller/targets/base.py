@@ -15,7 +15,8 @@ class ScaleState:
     `watched`: a watch keeps this target's state current, so reading it again costs nothing and shows a change made
     by someone else at once (the reconciler then reads it on every tick instead of trusting what it last read).
     `startup_seconds`: the last measured time from a scale-up this operator asked for to the target's ready
-    replicas reaching the count asked (None until one is measured). Reported, not yet used by the policy."""
+    replicas reaching the count asked (None until one is measured). The policy assumes it when the rule states no
+    `startupTime` (policy.startup_time)."""
 
     replicas: int
     ready_replicas: int | None = None
