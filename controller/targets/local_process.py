@@ -55,6 +55,7 @@ class _Replica:
     ready_file: Path | None = None
     crashes: int = 0
     restart_at: float | None = None  # monotonic; set while the slot waits to restart after a crash
+    ready_at: float | None = None  # monotonic; when it became ready, once a read has seen it ready
 
 
 @dataclass(frozen=True)
@@ -105,6 +106,8 @@ class LocalProcessTarget:
         self._stop_tasks: set[asyncio.Task[None]] = set()
         self._numbers = itertools.count(1)
         self._version = 0
+        self._asks: list[tuple[float, int]] = []  # scale-ups waiting for their ready replicas: (asked at, replicas)
+        self._startup: float | None = None
         self._records: dict[int, ProcessRecord] = {}
         self._processes: dict[int, subprocess.Popen[bytes]] = {}  # every process ever started, by pid
         self._closed = False
@@ -118,15 +121,43 @@ class LocalProcessTarget:
         return self._ref
 
     async def read(self) -> ScaleState:
-        """Replicas asked for, and those running for at least the readiness delay."""
+        """Replicas asked for, those running for at least the readiness delay (and ready by their file), and the
+        last start-up measured as the operator's workload watch measures it: from a scale-up asked for to the ready
+        replicas reaching its count."""
         self._replace_exited()
         now = self._monotonic()
-        ready = sum(
-            1 for r in self._replicas
-            if r.restart_at is None and r.process.poll() is None and now - r.started >= self.readiness_delay
-            and (r.ready_file is None or r.ready_file.exists())
+        ready_times = sorted(
+            ready_at for r in self._replicas if (ready_at := self._ready_at(r, now)) is not None
         )
-        return ScaleState(replicas=len(self._replicas), ready_replicas=ready, version=str(self._version))
+        kept = []
+        for asked_at, replicas in self._asks:
+            if len(self._replicas) < replicas:
+                continue  # scaled down before its pods came: never measured
+            if len(ready_times) >= replicas:
+                self._startup = max(0.0, ready_times[replicas - 1] - asked_at)
+            else:
+                kept.append((asked_at, replicas))
+        self._asks = kept
+        return ScaleState(replicas=len(self._replicas), ready_replicas=len(ready_times), version=str(self._version),
+                          startup_seconds=self._startup)
+
+    def _ready_at(self, replica: _Replica, now: float) -> float | None:
+        """When the replica became ready (monotonic), or None while it is not."""
+        if replica.restart_at is not None or replica.process.poll() is not None:
+            return None
+        if replica.ready_at is not None:
+            return replica.ready_at
+        since = replica.started + self.readiness_delay
+        if now < since:
+            return None
+        if replica.ready_file is not None:
+            try:
+                written = replica.ready_file.stat().st_mtime
+            except OSError:
+                return None
+            since = max(since, now - max(0.0, self._wall_clock() - written))  # the file's time, on our clock
+        replica.ready_at = since
+        return since
 
     async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
         """Start or stop processes (the newest first) to reach `replicas`; TargetConflict if changed since `read`."""
@@ -137,6 +168,8 @@ class LocalProcessTarget:
         if read.version is not None and read.version != str(self._version):
             raise TargetConflict()
         self._replace_exited()
+        if replicas > len(self._replicas):
+            self._asks.append((self._monotonic(), replicas))
         while len(self._replicas) > replicas:
             self._begin_stop(self._replicas.pop())
         while len(self._replicas) < replicas:
@@ -283,7 +316,7 @@ class LocalProcessTarget:
                 except OSError:
                     replica.restart_at = now + MAX_RESTART_DELAY
                     continue
-                replica.started, replica.restart_at = now, None
+                replica.started, replica.restart_at, replica.ready_at = now, None, None
 
     def _record_exits(self) -> None:
         for process in self._processes.values():

@@ -33,8 +33,6 @@ while True:
 CRASHING = "import sys; sys.exit(3)"
 
 
-
-
 def python(script: str, *args: str) -> list[str]:
     return [sys.executable, "-c", script, *args]
 
@@ -95,6 +93,44 @@ async def test_ready_at_once_without_a_readiness_delay(tmp_path: Path) -> None:
     async with LocalProcessTarget(python(POLITE, str(tmp_path))) as target:
         state = await scale(target, 2)
         assert state.ready_replicas == 2
+
+
+async def test_start_up_is_measured_from_the_scale_up_to_the_ready_replicas_not_to_the_read(tmp_path: Path) -> None:
+    # As the operator's workload watch measures it (controller/kube/workloads.py), so a live run decides on the
+    # start-up its workers really take, as the operator and the simulator do.
+    async with LocalProcessTarget(python(POLITE, str(tmp_path)), readiness_delay=0.6) as target:
+        state = await scale(target, 2)
+        assert state.startup_seconds is None
+        await asyncio.sleep(1.5)  # read late: the replicas were ready at 0.6 s
+        measured = (await target.read()).startup_seconds
+        assert measured is not None and 0.6 <= measured < 1.2, measured
+
+
+async def test_start_up_with_a_ready_file_is_when_the_file_was_written(tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    script = f"""
+import os, pathlib, time
+while not pathlib.Path({str(gate)!r}).exists():
+    time.sleep(0.02)
+pathlib.Path(os.environ["QUEUESCALE_READY_FILE"]).touch()
+while True:
+    time.sleep(0.05)
+"""
+    async with LocalProcessTarget(python(script), ready_file=True) as target:
+        await scale(target, 1)
+        await asyncio.sleep(0.5)
+        gate.touch()
+        await asyncio.sleep(1.5)  # read a second and a half after the worker said it was ready
+        measured = (await target.read()).startup_seconds
+        assert measured is not None and 0.5 <= measured < 1.4, measured
+
+
+async def test_a_scale_up_undone_before_its_replicas_were_ready_is_not_measured(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(POLITE, str(tmp_path)), readiness_delay=0.6) as target:
+        await scale(target, 3)
+        await scale(target, 1)
+        await asyncio.sleep(1.0)
+        assert (await target.read()).startup_seconds is None
 
 
 async def test_scale_down_stops_the_newest_first(tmp_path: Path) -> None:
