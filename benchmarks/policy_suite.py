@@ -34,7 +34,7 @@ from typing import Any
 from controller.commands.simulate import default_rule
 from controller.model.rule import QueueScaler
 from controller.simulator.adapters import RuleAutoscaler
-from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
+from controller.simulator.keda import EmulatedScaledObject, KedaAutoscaler, parse_scaled_object
 from controller.simulator.report import line_chart
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, library, load_scenario
@@ -72,7 +72,7 @@ def our_rule(scenario: Scenario, service_time_factor: float = 1.0) -> QueueScale
     return replace(rule, name="queuescale", spec=replace(rule.spec, policy=policy))
 
 
-def keda_object(scenario: Scenario, queue_length: float, polling_interval: int = 30) -> ScaledObject:
+def keda_object(scenario: Scenario, queue_length: float, polling_interval: int = 30) -> EmulatedScaledObject:
     """A ScaledObject as KEDA's docs write it: defaults everywhere but the queue, the polling interval and the
     replica ceiling."""
     return parse_scaled_object({
@@ -109,7 +109,7 @@ def contenders(scenario: Scenario, factors: Sequence[float] = ()) -> list[Conten
             scaled = keda_object(scenario, length, interval)
             label = keda_label(length, interval)
 
-            def build(world: World, scaled: ScaledObject = scaled, label: str = label) -> KedaAutoscaler:
+            def build(world: World, scaled: EmulatedScaledObject = scaled, label: str = label) -> KedaAutoscaler:
                 return KedaAutoscaler(label, scaled, world)
 
             found.append(Contender(label, build))

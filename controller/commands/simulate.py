@@ -22,7 +22,7 @@ from controller.simulator.adapters import (
     StaticAutoscaler,
     source_queues,
 )
-from controller.simulator.keda import KedaAutoscaler, ScaledObject, ScaledObjectError, load_scaled_objects
+from controller.simulator.keda import EmulatedScaledObject, KedaAutoscaler, ScaledObjectError, load_scaled_objects
 from controller.simulator.report import format_table, write_html, write_timeline
 from controller.simulator.run import Contender, RunResult, rule_contender, simulate
 from controller.simulator.scenario import Scenario, ScenarioError, library, load_scenario
@@ -114,7 +114,7 @@ def _unique(label: str, taken: set[str]) -> str:
 def contenders(
     scenario: Scenario,
     rules: Sequence[QueueScaler],
-    scaled_objects: Sequence[ScaledObject],
+    scaled_objects: Sequence[EmulatedScaledObject],
     static: Sequence[int],
     aws_targets: Sequence[float],
 ) -> list[Contender]:
@@ -131,7 +131,7 @@ def contenders(
     for scaled in scaled_objects:
         label = _unique(f"keda:{scaled.name}", taken)
 
-        def build_keda(world: World, scaled: ScaledObject = scaled, label: str = label) -> KedaAutoscaler:
+        def build_keda(world: World, scaled: EmulatedScaledObject = scaled, label: str = label) -> KedaAutoscaler:
             return KedaAutoscaler(label, scaled, world)
 
         found.append(Contender(label, build_keda))

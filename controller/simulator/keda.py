@@ -69,7 +69,7 @@ class AzureQueueTrigger:
 
 
 @dataclass(frozen=True)
-class ScaledObject:
+class EmulatedScaledObject:
     """A ScaledObject as the emulation runs it: the settings of controller/keda/model.py's ScaledObject, its
     azure-queue triggers read as KEDA's scaler reads them, and the Kubernetes version the HPA behaves as."""
 
@@ -171,7 +171,7 @@ def _kubernetes_version(annotations: Mapping[str, object], errors: list[FieldErr
     return version
 
 
-def parse_scaled_object(doc: object) -> ScaledObject:
+def parse_scaled_object(doc: object) -> EmulatedScaledObject:
     """A ScaledObject from its YAML document, as the emulation runs it; raises SpecError naming every bad field."""
     errors: list[FieldError] = []
     scaled = read_scaled_object(doc, errors)
@@ -185,7 +185,7 @@ def parse_scaled_object(doc: object) -> ScaledObject:
     triggers = tuple(t for trigger in scaled.triggers if (t := _azure_queue_trigger(trigger, errors)) is not None)
     if errors:
         raise SpecError(errors)
-    return ScaledObject(
+    return EmulatedScaledObject(
         name=scaled.name,
         polling_interval=scaled.polling_interval,
         cooldown_period=scaled.cooldown_period,
@@ -204,7 +204,7 @@ class ScaledObjectError(Exception):
         self.lines = lines
 
 
-def load_scaled_objects(path: str) -> list[ScaledObject]:
+def load_scaled_objects(path: str) -> list[EmulatedScaledObject]:
     """Every ScaledObject in a YAML file (`-`: standard input; other kinds are skipped); raises ScaledObjectError."""
     from controller.model.loading import read_input
 
@@ -214,7 +214,7 @@ def load_scaled_objects(path: str) -> list[ScaledObject]:
         raise ScaledObjectError([f"{path}: cannot read: {exc.strerror or exc}"]) from None
     except yaml.YAMLError:
         raise ScaledObjectError([f"{path}: invalid YAML"]) from None
-    found: list[ScaledObject] = []
+    found: list[EmulatedScaledObject] = []
     lines: list[str] = []
     for doc in docs:
         if not isinstance(doc, Mapping) or doc.get("kind") not in ("ScaledObject", None):
@@ -419,7 +419,7 @@ def _policies_limit(current_replicas: int, up_events: list[tuple[float, int]], d
 # The emulation
 
 
-def _trigger_queues(scaled: ScaledObject, world: SimWorld) -> list[World]:
+def _trigger_queues(scaled: EmulatedScaledObject, world: SimWorld) -> list[World]:
     """The queue each trigger reads: by its queueName when the scenario has several; raises SpecError."""
     if not isinstance(world, MultiQueueWorld):
         return [world] * len(scaled.triggers)  # one queue: every trigger reads it
@@ -442,7 +442,7 @@ def _trigger_queues(scaled: ScaledObject, world: SimWorld) -> list[World]:
 class KedaAutoscaler:
     """KEDA's polling loop and the HPA's sync loop acting on the simulated Deployment."""
 
-    def __init__(self, label: str, scaled: ScaledObject, world: SimWorld) -> None:
+    def __init__(self, label: str, scaled: EmulatedScaledObject, world: SimWorld) -> None:
         self.label = label
         self.scaled = scaled
         self.world = world

@@ -7,13 +7,13 @@ from typing import Any, cast
 import pytest
 
 from controller.model.fields import SpecError
-from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
+from controller.simulator.keda import EmulatedScaledObject, KedaAutoscaler, parse_scaled_object
 from controller.simulator.run import Contender, simulate
 from controller.simulator.world import World
 from tests.sim_helpers import FakeWorld, scenario
 
 
-def scaled_object(spec: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None) -> ScaledObject:
+def scaled_object(spec: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None) -> EmulatedScaledObject:
     trigger = {"type": "azure-queue", "metadata": {"queueName": "orders", **(metadata or {})}}
     return parse_scaled_object({
         "apiVersion": "keda.sh/v1alpha1",

@@ -15,7 +15,7 @@ import pytest
 from controller.model.fields import SpecError
 from controller.model.rule import QueueScaler
 from controller.simulator.adapters import SimulatedSource, VirtualClock
-from controller.simulator.keda import KedaAutoscaler, ScaledObject, parse_scaled_object
+from controller.simulator.keda import EmulatedScaledObject, KedaAutoscaler, parse_scaled_object
 from controller.simulator.run import Contender, RunResult, rule_contender, simulate
 from controller.simulator.scenario import Outage, QueueParams, Workers
 from controller.simulator.world import World
@@ -44,7 +44,7 @@ def run_rule(sc: Any, fallback: dict[str, Any] | None = None) -> RunResult:
     return simulate(sc, [rule_contender("rule", rule(fallback), sc.start_epoch)])[0]
 
 
-def keda_object(spec: dict[str, Any] | None = None, queue_length: str = "10") -> ScaledObject:
+def keda_object(spec: dict[str, Any] | None = None, queue_length: str = "10") -> EmulatedScaledObject:
     return parse_scaled_object({
         "apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject", "metadata": {"name": "orders"},
         "spec": {"scaleTargetRef": {"name": "worker"}, "minReplicaCount": 1,
@@ -54,7 +54,7 @@ def keda_object(spec: dict[str, Any] | None = None, queue_length: str = "10") ->
     })
 
 
-def run_keda(sc: Any, so: ScaledObject) -> RunResult:
+def run_keda(sc: Any, so: EmulatedScaledObject) -> RunResult:
     return simulate(sc, [Contender("keda", lambda w: KedaAutoscaler("keda", so, w))])[0]
 
 
