@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from controller.commands.simulate import default_rule
-from controller.simulator.adapters import RuleAutoscaler, StaticAutoscaler
+from controller.simulator.adapters import StaticAutoscaler
 from controller.simulator.keda import KedaAutoscaler, parse_scaled_object
-from controller.simulator.run import Contender, simulate
+from controller.simulator.run import Contender, rule_contender, simulate
 from controller.simulator.scenario import Scenario, library, parse_scenario, plan_arrivals
 from controller.simulator.world import World
 
@@ -57,14 +57,11 @@ def static(replicas: int) -> Contender:
     return Contender("static", build, initial_replicas=replicas)
 
 
-def rule_contender(scenario: Scenario, target: float) -> Contender:
+def target_rule(scenario: Scenario, target: float) -> Contender:
+    """The scenario's default rule in count mode at `target` messages per replica, as a contender."""
     rule = default_rule(scenario)
     rule = replace(rule, spec=replace(rule.spec, policy=replace(rule.spec.policy, target_per_replica=target)))
-
-    def build(world: World) -> RuleAutoscaler:
-        return RuleAutoscaler(f"target-{target:g}", rule, world, scenario.start_epoch)
-
-    return Contender(f"target-{target:g}", build)
+    return rule_contender(f"target-{target:g}", rule, scenario.start_epoch)
 
 
 def line(name: str, simulated: float, seconds: float) -> None:
@@ -88,7 +85,7 @@ def main() -> None:
     contenders: list[tuple[str, Callable[[], Contender]]] = [
         ("world + static policy", lambda: static(20)),
         ("world + KEDA/HPA baseline", lambda: Contender("keda", lambda w: KedaAutoscaler("keda", scaled, w))),
-        ("world + our rule (Reconciler, 10 s)", lambda: rule_contender(week, 15.0)),
+        ("world + our rule (Reconciler, 10 s)", lambda: target_rule(week, 15.0)),
     ]
     runs = {}
     for name, make in contenders:
@@ -100,7 +97,7 @@ def main() -> None:
 
     crowd = library()["flash-crowd"]
     baseline = timed(crowd, static(20))
-    rules = [rule_contender(crowd, float(target)) for target in range(1, args.sweep + 1)]
+    rules = [target_rule(crowd, float(target)) for target in range(1, args.sweep + 1)]
     print(f"\n{args.sweep}-rule sweep over flash-crowd ({crowd.duration / 3600:g} h each):")
     line("baseline: world + static policy", crowd.duration, baseline)
     for jobs in sorted({1, args.jobs}):
