@@ -37,6 +37,18 @@ def python(script: str, *args: str) -> list[str]:
     return [sys.executable, "-c", script, *args]
 
 
+def ready_once(gate: Path) -> list[str]:
+    """A worker that says it is ready (its ready file) once `gate` exists."""
+    return python(f"""
+import os, pathlib, time
+while not pathlib.Path({str(gate)!r}).exists():
+    time.sleep(0.02)
+pathlib.Path(os.environ["QUEUESCALE_READY_FILE"]).touch()
+while True:
+    time.sleep(0.05)
+""")
+
+
 async def wait_for(condition: object, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -70,15 +82,7 @@ async def test_ready_only_after_the_readiness_delay(tmp_path: Path) -> None:
 
 async def test_ready_only_once_the_process_says_so_with_a_ready_file(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    script = f"""
-import os, pathlib, time
-while not pathlib.Path({str(gate)!r}).exists():
-    time.sleep(0.05)
-pathlib.Path(os.environ["QUEUESCALE_READY_FILE"]).touch()
-while True:
-    time.sleep(0.05)
-"""
-    async with LocalProcessTarget(python(script), ready_file=True) as target:
+    async with LocalProcessTarget(ready_once(gate), ready_file=True) as target:
         await scale(target, 2)
         await asyncio.sleep(0.5)
         assert (await target.read()).ready_replicas == 0
@@ -108,15 +112,7 @@ async def test_start_up_is_measured_from_the_scale_up_to_the_ready_replicas_not_
 
 async def test_start_up_with_a_ready_file_is_when_the_file_was_written(tmp_path: Path) -> None:
     gate = tmp_path / "gate"
-    script = f"""
-import os, pathlib, time
-while not pathlib.Path({str(gate)!r}).exists():
-    time.sleep(0.02)
-pathlib.Path(os.environ["QUEUESCALE_READY_FILE"]).touch()
-while True:
-    time.sleep(0.05)
-"""
-    async with LocalProcessTarget(python(script), ready_file=True) as target:
+    async with LocalProcessTarget(ready_once(gate), ready_file=True) as target:
         await scale(target, 1)
         await asyncio.sleep(0.5)
         gate.touch()
