@@ -280,23 +280,25 @@ class ScenarioDemo:
         simulated = await asyncio.to_thread(simulate_rule, scenario, rule)  # it runs its own event loop
         spread = await asyncio.to_thread(simulated_spread, scenario, rule)
         assert harness.azurite is not None
+        duration_seconds = round(end - run.start, 1)
+        processes = harness.processes(run.start)
         summary = {
             "outcome": "interrupted" if harness.interrupted else "completed",
             "scenario": scenario.name,
             "policy": rule.name,
-            "duration_seconds": round(end - run.start, 1),
+            "duration_seconds": duration_seconds,
             "messages_planned": len(schedule),
             "send_lag_max_seconds": round(run.send_lag_max, 2),
             **live.to_json(),
             "simulated": simulated.metrics.to_json(),
             "simulated_spread": spread,
             "azurite": {"pid": harness.azurite.pid, "address": f"127.0.0.1:{harness.azurite.port}"},
-            "worker_processes": harness.processes(run.start),
+            "worker_processes": processes,
             "scale_events": run.scale_events,
         }
         (out_dir / "demo-summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")
         _write_timeline(out_dir / "demo-timeline.csv", run)
-        self._print_comparison(live, simulated.metrics, summary)
+        self._print_comparison(live, simulated.metrics, duration_seconds, len(processes))
         if harness.interrupted:
             return EXIT_INTERRUPTED
         return EXIT_DONE
@@ -358,18 +360,17 @@ class ScenarioDemo:
                 async with asyncio.timeout(max(0.0, run.start + second - time.time())):
                     await stop.wait()
 
-    def _print_comparison(self, live: Metrics, simulated: Metrics, summary: dict[str, object]) -> None:
+    def _print_comparison(self, live: Metrics, simulated: Metrics, duration_seconds: float, workers: int) -> None:
         print("", file=self.out)
         if self.harness.interrupted:
-            print(f"interrupted after {duration(float(summary['duration_seconds']))}: the live figures cover that "  # type: ignore[arg-type]
+            print(f"interrupted after {duration(duration_seconds)}: the live figures cover that "
                   f"much, the simulated ones the whole {duration(self.scenario.duration)}", file=self.out)
         print(f"{'metric':<24}{'live':>10}{'simulated':>11}", file=self.out)
         for key in COMPARED:
             print(f"{key:<24}{_fmt(getattr(live, key)):>10}{_fmt(getattr(simulated, key)):>11}", file=self.out)
-        pids = [p["pid"] for p in summary["worker_processes"]]  # type: ignore[attr-defined]
         azurite = self.harness.azurite
         print(f"stopped Azurite (pid {azurite.pid if azurite else '-'}) and "
-              f"{plural(len(pids), 'worker process', 'worker processes')}", file=self.out)
+              f"{plural(workers, 'worker process', 'worker processes')}", file=self.out)
         print(f"summary: {self.options.out_dir / 'demo-summary.json'}", file=self.out, flush=True)
 
 

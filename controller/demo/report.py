@@ -51,8 +51,7 @@ def render(record: DemoRecord) -> str:
         f"<tr><th>{html.escape(key.replace('_', ' '))}</th><td>{_cell(value)}</td></tr>"
         for key, value in facts.items() if key != "bursts"
     )
-    bursts = ", ".join(f"{plural(b['messages'], 'message')} at +{duration(b['t'])}"
-                       for b in facts["bursts"])  # type: ignore[attr-defined]
+    bursts = ", ".join(f"{plural(messages, 'message')} at +{duration(round(at, 1))}" for at, messages in record.bursts)
     decisions = "".join(
         f"<tr><td>{_since(s.t)}</td><td>{_cell(s.count)}</td><td>{s.scaled_from} &rarr; {s.scaled_to}</td>"
         f"<td>{html.escape(s.reason)}</td><td class=msg>{html.escape(s.message)}</td></tr>"
