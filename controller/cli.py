@@ -148,53 +148,47 @@ def _add_run(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
                      help="name of the leader election Lease (default: %(default)s)")
     run.add_argument("--identity", default=os.environ.get("POD_NAME", ""),
                      help="leader election identity (default: $POD_NAME, else host name and process id)")
-    run.add_argument("--lease-duration", type=_duration, default=o.lease_duration, metavar="T",
-                     help="how long a Lease holds without renewal before another replica may take it "
-                          f"(default {duration(o.lease_duration)})")
-    run.add_argument("--renew-deadline", type=_duration, default=o.renew_deadline, metavar="T",
-                     help="the leader stops scaling if it cannot renew its Lease within this "
-                          f"(default {duration(o.renew_deadline)})")
-    run.add_argument("--retry-period", type=_duration, default=o.retry_period, metavar="T",
-                     help=f"how often to try to take or renew the Lease (default {duration(o.retry_period)})")
-    run.add_argument("--bind-address", default=o.bind_address, metavar="ADDRESS",
-                     help="address for the health and metrics servers (default: %(default)s, every interface)")
-    run.add_argument("--metrics-port", type=int, default=o.metrics_port, metavar="PORT",
-                     help="Prometheus metrics on /metrics (default %(default)s; 0: any free port)")
-    run.add_argument("--health-port", type=int, default=o.health_port, metavar="PORT",
-                     help="/healthz and /readyz (default %(default)s; 0: any free port)")
-    run.add_argument("--status-interval", type=_duration, default=o.status_interval, metavar="T",
-                     help="write status changes that are only counts at most this often "
-                          f"(default {duration(o.status_interval)})")
-    run.add_argument("--status-heartbeat", type=_duration, default=o.status_heartbeat, metavar="T",
-                     help="rewrite a status whose only change is lastPollTime this often "
-                          f"(default {duration(o.status_heartbeat)})")
-    run.add_argument("--status-rate", type=float, default=o.status_rate, metavar="N",
-                     help="average count-only and heartbeat status writes per second over all rules "
-                          f"(default {o.status_rate:g}): "
-                          "with many rules each one's counts are written less often; 0: no limit")
-    run.add_argument("--secret-ttl", type=_duration, default=o.secret_ttl, metavar="T",
-                     help=f"how long a Secret read is reused (default {duration(o.secret_ttl)}; an auth error from a "
-                          "queue drops it)")
+
+    def knob(flag: str, read: Callable[[str], object], metavar: str, meaning: str) -> None:
+        """A flag of one of the operator's options: its default is OperatorOptions' own, shown in {default}."""
+        default = getattr(o, flag[2:].replace("-", "_"))
+        shown = duration(default) if read is _duration else f"{default:g}" if read is float else str(default)
+        run.add_argument(flag, type=read, default=default, metavar=metavar, help=meaning.format(default=shown))
+
+    knob("--lease-duration", _duration, "T",
+         "how long a Lease holds without renewal before another replica may take it (default {default})")
+    knob("--renew-deadline", _duration, "T",
+         "the leader stops scaling if it cannot renew its Lease within this (default {default})")
+    knob("--retry-period", _duration, "T", "how often to try to take or renew the Lease (default {default})")
+    knob("--bind-address", str, "ADDRESS",
+         "address for the health and metrics servers (default: {default}, every interface)")
+    knob("--metrics-port", int, "PORT", "Prometheus metrics on /metrics (default {default}; 0: any free port)")
+    knob("--health-port", int, "PORT", "/healthz and /readyz (default {default}; 0: any free port)")
+    knob("--status-interval", _duration, "T",
+         "write status changes that are only counts at most this often (default {default})")
+    knob("--status-heartbeat", _duration, "T",
+         "rewrite a status whose only change is lastPollTime this often (default {default})")
+    knob("--status-rate", float, "N",
+         "average count-only and heartbeat status writes per second over all rules (default {default}): with many "
+         "rules each one's counts are written less often; 0: no limit")
+    knob("--secret-ttl", _duration, "T",
+         "how long a Secret read is reused (default {default}; an auth error from a queue drops it)")
     run.add_argument("--secret-access", choices=SECRET_ACCESS_MODES, default=o.secret_access,
                      help="annotated: a Secret serves only the rules its queuescale.io/allowed-rules annotation "
                           "names (or \"*\"); namespace: any rule of the Secret's namespace (default %(default)s)")
-    run.add_argument("--target-refresh", type=_duration, default=o.target_refresh, metavar="T",
-                     help="re-read a target's scale this often when no scaling is due "
-                          f"(default {duration(o.target_refresh)}; a tick that "
-                          "would scale always reads it first; 0 reads it every tick). Deployments and StatefulSets "
-                          "the operator may watch are read from the watch on every tick instead")
-    run.add_argument("--max-concurrent-ticks", type=_positive_int, default=o.max_concurrent_ticks, metavar="N",
-                     help=f"ticks in progress at once over all rules (default {o.max_concurrent_ticks}): when the "
-                          "process has more due "
-                          "than it has CPU for, ticks start late rather than all at once and each timing out")
-    run.add_argument("--kube-qps", type=float, default=o.kube_qps, metavar="N",
-                     help="API requests a second the operator makes on average, after a burst of --kube-burst "
-                          f"(default {o.kube_qps:g}; watches, leader election and scale writes are not held back; "
-                          "0: no limit): "
-                          "a fresh install of many rules writes their first statuses at this rate")
-    run.add_argument("--kube-burst", type=_positive_int, default=o.kube_burst, metavar="N",
-                     help="API requests the operator may make at once before --kube-qps applies "
-                          f"(default {o.kube_burst})")
+    knob("--target-refresh", _duration, "T",
+         "re-read a target's scale this often when no scaling is due (default {default}; a tick that would scale "
+         "always reads it first; 0 reads it every tick). Deployments and StatefulSets the operator may watch are "
+         "read from the watch on every tick instead")
+    knob("--max-concurrent-ticks", _positive_int, "N",
+         "ticks in progress at once over all rules (default {default}): when the process has more due than it has "
+         "CPU for, ticks start late rather than all at once and each timing out")
+    knob("--kube-qps", float, "N",
+         "API requests a second the operator makes on average, after a burst of --kube-burst (default {default}; "
+         "watches, leader election and scale writes are not held back; 0: no limit): a fresh install of many rules "
+         "writes their first statuses at this rate")
+    knob("--kube-burst", _positive_int, "N",
+         "API requests the operator may make at once before --kube-qps applies (default {default})")
     run.add_argument("--log-format", choices=("text", "json"), default="text",
                      help="text for people, json (one object per line) for log collectors (default %(default)s)")
     run.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info",

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from controller.model.fields import FieldError, Fields
+from controller.model.rule import StepPolicy, StepType
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 
@@ -36,14 +37,13 @@ DOWNSCALE_STABILIZATION = 300  # --horizontal-pod-autoscaler-downscale-stabiliza
 
 INT32_MAX = 2**31 - 1
 
-PolicyType = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
 MetricType = Literal["AverageValue", "Value", "Utilization"]
 FallbackBehavior = Literal["static", "currentReplicas", "currentReplicasIfHigher", "currentReplicasIfLower",
                            "scalingModifiers"]
 AuthenticationKind = Literal["TriggerAuthentication", "ClusterTriggerAuthentication"]
 
-POLICY_TYPES: tuple[PolicyType, ...] = ("Pods", "Percent")
+POLICY_TYPES: tuple[StepType, ...] = ("Pods", "Percent")
 SELECT_POLICIES: tuple[SelectPolicy, ...] = ("Max", "Min", "Disabled")
 METRIC_TYPES: tuple[MetricType, ...] = ("AverageValue", "Value", "Utilization")
 # The CRD's enum lists the first four; later releases add scalingModifiers (the formula's own fallback).
@@ -58,28 +58,19 @@ AUTHENTICATION_KINDS: tuple[AuthenticationKind, ...] = ("TriggerAuthentication",
 
 
 @dataclass(frozen=True)
-class HpaPolicy:
-    """HPAScalingPolicy: at most `value` pods (or percent of the current count) per `period` seconds."""
-
-    type: PolicyType
-    value: int
-    period: int
-
-
-@dataclass(frozen=True)
 class HpaDirection:
     """HPAScalingRules for one direction, defaults filled in."""
 
     stabilization_window: int
-    policies: tuple[HpaPolicy, ...]
+    policies: tuple[StepPolicy, ...]
     select_policy: SelectPolicy = "Max"
     tolerance: float | None = None  # None: the controller's flag (HPA_TOLERANCE)
 
 
 # pkg/apis/autoscaling/v2/defaults.go defaultHPAScaleUpRules and defaultHPAScaleDownRules. The scale-down window
 # is nil there: the controller then uses its --horizontal-pod-autoscaler-downscale-stabilization flag.
-DEFAULT_UP = HpaDirection(0, (HpaPolicy("Pods", 4, 15), HpaPolicy("Percent", 100, 15)))
-DEFAULT_DOWN = HpaDirection(DOWNSCALE_STABILIZATION, (HpaPolicy("Percent", 100, 15),))
+DEFAULT_UP = HpaDirection(0, (StepPolicy("Pods", 4, 15), StepPolicy("Percent", 100, 15)))
+DEFAULT_DOWN = HpaDirection(DOWNSCALE_STABILIZATION, (StepPolicy("Percent", 100, 15),))
 
 
 @dataclass(frozen=True)
@@ -194,7 +185,7 @@ def _direction(f: Fields, default: HpaDirection) -> HpaDirection:
 
     Bounds are the API server's (pkg/apis/autoscaling/validation: at least one policy when the list is given,
     periodSeconds 1..1800, stabilizationWindowSeconds 0..3600)."""
-    policies: list[HpaPolicy] = []
+    policies: list[StepPolicy] = []
     for item, path in f.items("policies", min_items=1 if f.has("policies") else 0):
         p = Fields(item, path, f.errors)
         kind = _choice(p, "type", POLICY_TYPES, "Pods")
@@ -203,7 +194,7 @@ def _direction(f: Fields, default: HpaDirection) -> HpaDirection:
         value = p.integer("value", minimum=1)
         period = p.integer("periodSeconds", minimum=1, maximum=1800)
         p.finish()
-        policies.append(HpaPolicy(kind, value, period))
+        policies.append(StepPolicy(kind, value, period))
     direction = HpaDirection(
         stabilization_window=f.integer("stabilizationWindowSeconds", default.stabilization_window, minimum=0,
                                        maximum=3600),

@@ -15,7 +15,7 @@ import random
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from urllib.parse import quote
 
 import aiohttp
@@ -27,10 +27,23 @@ from controller.kube.errors import KubeError, error_from_answer
 from controller.kube.ratelimit import TokenBucket
 from controller.model.rule import API_GROUP, API_VERSION
 
+if TYPE_CHECKING:  # Unpack of a TypedDict for **kwargs is typing's from Python 3.12
+    from typing_extensions import Unpack
+
 log = logging.getLogger(__name__)
 
 # How a request meets the client-side limiter (see KubeApi.call).
 Limit = Literal["wait", "charge", "none"]
+
+
+class RequestOptions(TypedDict, total=False):
+    """What a request may set besides its method and path (see `KubeApi.call`)."""
+
+    query: Mapping[str, str | int] | None
+    body: object
+    content_type: str
+    timeout: float | None
+    limit: Limit
 MERGE_PATCH = "application/merge-patch+json"
 PLURAL = "queuescalers"
 # The longest watch event read: the API server refuses a request body over 3 MiB (and etcd an object over 1.5 MiB),
@@ -120,20 +133,9 @@ class KubeApi:
     async def close(self) -> None:
         await self.api_client.close()
 
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, str | int] | None = None,
-        body: object = None,
-        content_type: str = "application/json",
-        timeout: float | None = None,
-        limit: Limit = "wait",
-    ) -> dict[str, Any]:
-        """One request whose answer is a JSON object (any other answer reads as `{}`); see `call`."""
-        result = await self.call(method, path, query=query, body=body, content_type=content_type, timeout=timeout,
-                                 limit=limit)
+    async def request(self, method: str, path: str, **options: Unpack[RequestOptions]) -> dict[str, Any]:
+        """`call`, for an answer that is a JSON object (any other answer reads as `{}`)."""
+        result = await self.call(method, path, **options)
         return result if isinstance(result, dict) else {}
 
     async def call(
@@ -187,13 +189,13 @@ class KubeApi:
                          f"the API server's TLS certificate is not trusted ({verify_message})")
 
     async def request_with_retries(
-        self, method: str, path: str, *, attempts: int = 4, **kwargs: Any
+        self, method: str, path: str, *, attempts: int = 4, **options: Unpack[RequestOptions]
     ) -> dict[str, Any]:
         """`request`, retrying 429 (after Retry-After) and 5xx / no answer (exponential back-off with jitter)."""
         delay = 0.2
         for attempt in range(attempts):
             try:
-                return await self.request(method, path, **kwargs)
+                return await self.request(method, path, **options)
             except KubeError as exc:
                 if not exc.retryable or attempt == attempts - 1:
                     raise

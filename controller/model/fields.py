@@ -131,6 +131,21 @@ class Fields:
     def missing(self, field: Field | str) -> None:
         self.error(field if isinstance(field, str) else field.name, "is required")
 
+    def one_of(self, first: tuple[str, object], second: tuple[str, object], why: str) -> None:
+        """Exactly one of two fields (name, value read): none is "must set A or B", both refuse B saying `why`."""
+        (first_name, first_value), (second_name, second_value) = first, second
+        if first_value is None and second_value is None:
+            self.error("", f"must set {first_name} or {second_name}")
+        elif first_value is not None and second_value is not None:
+            self.error(second_name, f"cannot be combined with {first_name}: {why}")
+
+    def only_with(self, names: tuple[str, ...], given: bool, what: str) -> None:
+        """Each of `names` that is set, while `given` is false, "applies only with `what`"."""
+        if not given:
+            for name in names:
+                if self.has(name):
+                    self.error(name, f"applies only with {what}")
+
     def string(
         self,
         field: Text | str,

@@ -14,27 +14,9 @@ from typing import Any
 
 import yaml
 
+from controller.model import schema
 from controller.model.fields import format_duration
 from controller.model.rule import SPEC
-from controller.model.schema import (
-    DURATION_MAX_LENGTH,
-    DURATION_PATTERN,
-    SECRET_KEY,
-    SECRET_NAME,
-    SECRET_REF_DESCRIPTION,
-    Boolean,
-    Choice,
-    Duration,
-    Field,
-    Integer,
-    ListOf,
-    Number,
-    Object,
-    OneOfKinds,
-    Rule,
-    SecretRef,
-    Text,
-)
 
 CRD_BEGIN = "# BEGIN generated from controller/model by tools/generate_schema.py: edit the declarations, not this"
 CRD_END = "# END generated"
@@ -54,7 +36,7 @@ class DeclarationError(ValueError):
 class KindShare:
     """One field of `spec.sources[]` and the kinds that use it, each with its own default (None: none)."""
 
-    field: Field
+    field: schema.Field
     defaults: tuple[tuple[str, object], ...]
 
     @property
@@ -66,13 +48,13 @@ _WORDS = {"default", "doc", "note", "description", "required"}
 """What queue kinds may declare differently for one field: its default and its words."""
 
 
-def _without_words(field: Field) -> tuple[object, ...]:
+def _without_words(field: schema.Field) -> tuple[object, ...]:
     return type(field), tuple((f.name, getattr(field, f.name)) for f in fields(field) if f.name not in _WORDS)
 
 
-def shared_fields(source: OneOfKinds) -> list[KindShare]:
+def shared_fields(source: schema.OneOfKinds) -> list[KindShare]:
     """The kinds' fields, one per name in the order they first appear; raises when kinds disagree on one."""
-    by_name: dict[str, list[tuple[str, Field]]] = {}
+    by_name: dict[str, list[tuple[str, schema.Field]]] = {}
     for declared in source.kinds:
         for field in declared.fields:
             by_name.setdefault(field.name, []).append((declared.kind, field))
@@ -95,7 +77,7 @@ def _number(value: float) -> int | float:
     return int(value) if float(value).is_integer() else value
 
 
-def _rule(rule: Rule) -> dict[str, str]:
+def _rule(rule: schema.Rule) -> dict[str, str]:
     out = {"rule": rule.rule, "message": rule.message}
     if rule.field_path is not None:
         out["fieldPath"] = rule.field_path
@@ -104,11 +86,11 @@ def _rule(rule: Rule) -> dict[str, str]:
     return out
 
 
-def _properties(fields: tuple[Field, ...] | list[Field]) -> dict[str, Any]:
+def _properties(fields: tuple[schema.Field, ...] | list[schema.Field]) -> dict[str, Any]:
     return {field.name: openapi(field) for field in fields}
 
 
-def openapi(field: Field, *, schema_default: bool = True, description: str | None = None) -> dict[str, Any]:
+def openapi(field: schema.Field, *, schema_default: bool = True, description: str | None = None) -> dict[str, Any]:
     """The OpenAPI v3 schema of one declared field, as a CRD holds it.
 
     `schema_default=False` leaves the default out (a queue kind's own field); `description` replaces the field's.
@@ -116,31 +98,31 @@ def openapi(field: Field, *, schema_default: bool = True, description: str | Non
     out: dict[str, Any] = {}
     default = getattr(field, "default", None) if schema_default else None
     described = field.description if description is None else description
-    if isinstance(field, Duration):
+    if isinstance(field, schema.Duration):
         out["x-kubernetes-int-or-string"] = True
         out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
-    elif isinstance(field, Text | Choice):
+    elif isinstance(field, schema.Text | schema.Choice):
         out["type"] = "string"
-    elif isinstance(field, Integer):
+    elif isinstance(field, schema.Integer):
         out["type"] = "integer"
         if field.int32:
             out["format"] = "int32"
-    elif isinstance(field, Number):
+    elif isinstance(field, schema.Number):
         out["type"] = "number"
-    elif isinstance(field, Boolean):
+    elif isinstance(field, schema.Boolean):
         out["type"] = "boolean"
-    elif isinstance(field, SecretRef | Object | OneOfKinds):
+    elif isinstance(field, schema.SecretRef | schema.Object | schema.OneOfKinds):
         out["type"] = "object"
-    elif isinstance(field, ListOf):
+    elif isinstance(field, schema.ListOf):
         out["type"] = "array"
     else:
         raise DeclarationError(f"{field.name}: no schema for a {type(field).__name__}")
-    if isinstance(field, SecretRef):
-        described = described or SECRET_REF_DESCRIPTION
+    if isinstance(field, schema.SecretRef):
+        described = described or schema.SECRET_REF_DESCRIPTION
     if described:
         out["description"] = _Prose(described)
 
-    if isinstance(field, Text):
+    if isinstance(field, schema.Text):
         if default is not None:
             out["default"] = default
         if field.min_length is not None:
@@ -149,16 +131,16 @@ def openapi(field: Field, *, schema_default: bool = True, description: str | Non
             out["maxLength"] = field.max_length
         if field.pattern is not None:
             out["pattern"] = f"^{field.pattern}$"
-    elif isinstance(field, Integer | Number):
+    elif isinstance(field, schema.Integer | schema.Number):
         if default is not None:
             out["default"] = _number(default)
         if field.minimum is not None:
             out["minimum"] = _number(field.minimum)
-            if isinstance(field, Number) and field.exclusive_minimum:
+            if isinstance(field, schema.Number) and field.exclusive_minimum:
                 out["exclusiveMinimum"] = True
         if field.maximum is not None:
             out["maximum"] = _number(field.maximum)
-    elif isinstance(field, Duration):
+    elif isinstance(field, schema.Duration):
         if default is not None:
             out["default"] = format_duration(default)
         # The CRD bounds a number of seconds only (a string's bound is the operator's: a CEL rule reading an
@@ -170,19 +152,19 @@ def openapi(field: Field, *, schema_default: bool = True, description: str | Non
             out["exclusiveMinimum"] = True
         if field.maximum is not None:
             out["maximum"] = _number(field.maximum)
-        out["maxLength"] = DURATION_MAX_LENGTH
-        out["pattern"] = f"^{DURATION_PATTERN}$"
-    elif isinstance(field, Boolean):
+        out["maxLength"] = schema.DURATION_MAX_LENGTH
+        out["pattern"] = f"^{schema.DURATION_PATTERN}$"
+    elif isinstance(field, schema.Boolean):
         if default is not None:
             out["default"] = default
-    elif isinstance(field, Choice):
+    elif isinstance(field, schema.Choice):
         out["enum"] = list(field.choices)
         if default is not None:
             out["default"] = default
-    elif isinstance(field, SecretRef):
-        out["required"] = [SECRET_NAME.name, SECRET_KEY.name]
-        out["properties"] = _properties((SECRET_NAME, SECRET_KEY))
-    elif isinstance(field, Object):
+    elif isinstance(field, schema.SecretRef):
+        out["required"] = [schema.SECRET_NAME.name, schema.SECRET_KEY.name]
+        out["properties"] = _properties((schema.SECRET_NAME, schema.SECRET_KEY))
+    elif isinstance(field, schema.Object):
         required = [f.name for f in field.fields if f.required]
         if required:
             out["required"] = required
@@ -191,7 +173,7 @@ def openapi(field: Field, *, schema_default: bool = True, description: str | Non
         if field.rules:
             out["x-kubernetes-validations"] = [_rule(r) for r in field.rules]
         out["properties"] = _properties(field.fields)
-    elif isinstance(field, OneOfKinds):
+    elif isinstance(field, schema.OneOfKinds):
         out["required"] = [f.name for f in field.common if f.required]
         out["x-kubernetes-validations"] = [_rule(r) for kind in field.kinds for r in kind.rules]
         properties = _properties(field.common)
@@ -199,7 +181,7 @@ def openapi(field: Field, *, schema_default: bool = True, description: str | Non
             properties[share.field.name] = openapi(share.field, schema_default=False,
                                                    description=_kind_description(share))
         out["properties"] = properties
-    elif isinstance(field, ListOf):
+    elif isinstance(field, schema.ListOf):
         if field.min_items:
             out["minItems"] = field.min_items
         if field.max_items is not None:
@@ -283,20 +265,20 @@ class Row:
     """One field as the reference shows it, at its path (`spec.sources[].port`)."""
 
     path: str
-    field: Field
+    field: schema.Field
     share: KindShare | None = None
 
 
-def rows(field: Field, path: str) -> Iterator[Row]:
+def rows(field: schema.Field, path: str) -> Iterator[Row]:
     """Every field under `field` (not itself), depth first, in declaration order."""
-    if isinstance(field, Object):
+    if isinstance(field, schema.Object):
         children: list[Row] = [Row(f"{path}.{f.name}", f) for f in field.fields]
-    elif isinstance(field, SecretRef):
-        children = [Row(f"{path}.{f.name}", f) for f in (SECRET_NAME, SECRET_KEY)]
-    elif isinstance(field, OneOfKinds):
+    elif isinstance(field, schema.SecretRef):
+        children = [Row(f"{path}.{f.name}", f) for f in (schema.SECRET_NAME, schema.SECRET_KEY)]
+    elif isinstance(field, schema.OneOfKinds):
         children = [Row(f"{path}.{f.name}", f) for f in field.common]
         children += [Row(f"{path}.{s.field.name}", s.field, s) for s in shared_fields(field)]
-    elif isinstance(field, ListOf):
+    elif isinstance(field, schema.ListOf):
         yield from rows(field.items, path + "[]")
         return
     else:
@@ -306,7 +288,7 @@ def rows(field: Field, path: str) -> Iterator[Row]:
         yield from rows(row.field, row.path)
 
 
-def field_at(path: str, spec: Object | None = None) -> Field:
+def field_at(path: str, spec: schema.Object | None = None) -> schema.Field:
     """The declared field at `path` (`spec`, `spec.policy`, `spec.sources[]`) of `spec` (the QueueScaler's)."""
     spec = spec or SPEC
     if path == "spec":
@@ -314,7 +296,7 @@ def field_at(path: str, spec: Object | None = None) -> Field:
     for row in rows(spec, "spec"):
         if row.path == path:
             return row.field
-        if row.path + "[]" == path and isinstance(row.field, ListOf):
+        if row.path + "[]" == path and isinstance(row.field, schema.ListOf):
             return row.field.items
     raise DeclarationError(f"no field {path}")
 
@@ -327,25 +309,26 @@ def _shown(value: object) -> str:
     return str(value)
 
 
-def _type_word(field: Field) -> str:
-    if isinstance(field, Duration):
+def _type_word(field: schema.Field) -> str:
+    if isinstance(field, schema.Duration):
         return "duration"
-    if isinstance(field, Text | Choice):
+    if isinstance(field, schema.Text | schema.Choice):
         return "string"
-    if isinstance(field, Integer):
+    if isinstance(field, schema.Integer):
         return "integer"
-    if isinstance(field, Number):
+    if isinstance(field, schema.Number):
         return "number"
-    if isinstance(field, Boolean):
+    if isinstance(field, schema.Boolean):
         return "boolean"
-    if isinstance(field, ListOf):
+    if isinstance(field, schema.ListOf):
         return "list"
     return "object"
 
 
 def _default_cell(row: Row) -> str:
-    def one(field: Field, value: object) -> str:
-        shown = format_duration(value) if isinstance(field, Duration) and isinstance(value, float) else _shown(value)
+    def one(field: schema.Field, value: object) -> str:
+        shown = (format_duration(value) if isinstance(field, schema.Duration) and isinstance(value, float)
+                 else _shown(value))
         return f"`{shown}`"
 
     if row.share is not None:
@@ -353,7 +336,7 @@ def _default_cell(row: Row) -> str:
         if len(row.share.kinds) == 1:
             return one(row.field, given[0][1]) if given else ""
         return ", ".join(f"{one(row.field, default)} ({kind})" for kind, default in given)
-    if isinstance(row.field, Object):
+    if isinstance(row.field, schema.Object):
         return "`{}`" if row.field.defaulted else ""
     default = getattr(row.field, "default", None)
     return "" if default is None else one(row.field, default)
@@ -374,27 +357,27 @@ def _bounds_cell(row: Row) -> str:
         parts.append(", ".join(row.share.kinds))
     if field.required:
         parts.append("required")
-    if isinstance(field, Integer | Number) and (field.minimum is not None or field.maximum is not None):
+    if isinstance(field, schema.Integer | schema.Number) and (field.minimum is not None or field.maximum is not None):
         low = None if field.minimum is None else _shown(_number(field.minimum))
         high = None if field.maximum is None else _shown(_number(field.maximum))
-        if isinstance(field, Number) and field.exclusive_minimum and high is None:
+        if isinstance(field, schema.Number) and field.exclusive_minimum and high is None:
             parts.append(f"> {low}")
         else:
             parts.append(_range(low, high))
-    elif isinstance(field, Duration):
+    elif isinstance(field, schema.Duration):
         parts.append(_range(format_duration(field.minimum) if field.minimum else "0",
                             None if field.maximum is None else format_duration(field.maximum)))
-    elif isinstance(field, Text) and (field.min_length or field.max_length is not None):
+    elif isinstance(field, schema.Text) and (field.min_length or field.max_length is not None):
         low = str(field.min_length) if field.min_length else None
         high = None if field.max_length is None else str(field.max_length)
         parts.append(_range(low, high, "characters"))
-    elif isinstance(field, Choice):
+    elif isinstance(field, schema.Choice):
         parts.append(", ".join(f"`{choice}`" for choice in field.choices))
-    elif isinstance(field, ListOf):
+    elif isinstance(field, schema.ListOf):
         if field.min_items or field.max_items is not None:
             parts.append(_range(str(field.min_items) if field.min_items else None,
                                 None if field.max_items is None else str(field.max_items), "items"))
-        if isinstance(field.items, Choice):
+        if isinstance(field.items, schema.Choice):
             parts.append("of " + ", ".join(f"`{choice}`" for choice in field.items.choices))
         if field.map_keys:
             parts.append("unique " + ", ".join(f"`{key}`" for key in field.map_keys))
@@ -403,7 +386,7 @@ def _bounds_cell(row: Row) -> str:
     return "; ".join(parts)
 
 
-def table(root: str, spec: Object | None = None) -> str:
+def table(root: str, spec: schema.Object | None = None) -> str:
     """The Markdown table of the fields under `root` of `spec` (the QueueScaler's), but those under a field that
     has a table of its own."""
     own_tables = {"spec.sources", "spec.policy", "spec.fallback", "spec.schedules"} - {root.removesuffix("[]")}

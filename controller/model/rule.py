@@ -60,7 +60,8 @@ class ScaleTargetRef:
 
 @dataclass(frozen=True)
 class StepPolicy:
-    """At most `value` pods (or percent of the count at the period's start) per `period` seconds."""
+    """At most `value` pods (or percent of the count at the period's start) per `period` seconds: the HPA's
+    HPAScalingPolicy, so the KEDA model (controller/keda/model.py) uses this one too."""
 
     type: StepType
     value: int

@@ -15,7 +15,6 @@ from controller.keda.model import (
     EnvTargetRef,
     HpaBehavior,
     HpaDirection,
-    HpaPolicy,
     PodIdentity,
     ScaledObject,
     SecretTargetRef,
@@ -24,6 +23,7 @@ from controller.keda.model import (
     read_trigger_authentication,
 )
 from controller.model.fields import FieldError
+from controller.model.rule import StepPolicy
 from controller.simulator import keda as emulation
 
 BEHAVIOR = "spec.advanced.horizontalPodAutoscalerConfig.behavior"
@@ -54,10 +54,10 @@ def test_the_hpa_behavior_defaults_are_kubernetes_defaults() -> None:
     (5m by default)."""
     assert HpaDirection(
         stabilization_window=0, select_policy="Max",
-        policies=(HpaPolicy("Pods", 4, 15), HpaPolicy("Percent", 100, 15)),
+        policies=(StepPolicy("Pods", 4, 15), StepPolicy("Percent", 100, 15)),
     ) == DEFAULT_UP
     assert HpaDirection(
-        stabilization_window=300, select_policy="Max", policies=(HpaPolicy("Percent", 100, 15),),
+        stabilization_window=300, select_policy="Max", policies=(StepPolicy("Percent", 100, 15),),
     ) == DEFAULT_DOWN
     assert DEFAULT_UP.tolerance is None and DEFAULT_DOWN.tolerance is None  # the controller's flag, 0.1
 
@@ -73,7 +73,7 @@ def test_a_behavior_that_is_set_keeps_the_defaults_for_each_field_it_leaves_out(
     assert errors == []
     assert scaled.behavior == HpaBehavior(
         HpaDirection(30, DEFAULT_UP.policies),
-        HpaDirection(300, (HpaPolicy("Pods", 2, 60),), "Min", tolerance=0.05),
+        HpaDirection(300, (StepPolicy("Pods", 2, 60),), "Min", tolerance=0.05),
     )
     assert (scaled.scale_up_set, scaled.scale_down_set) == (True, True)
 

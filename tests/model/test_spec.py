@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from controller.model.fields import FieldError, SpecError, format_duration, parse_duration
+from controller.model.fields import FieldError, Fields, SpecError, format_duration, parse_duration
 from controller.model.rule import QueueScaler, StepPolicy, parse_queuescaler
 from controller.model.sources.azure_queue import AzureQueueSource
 
@@ -329,3 +329,22 @@ def test_azure_queue_account_key_form() -> None:
 
 def test_field_error_str() -> None:
     assert str(FieldError("spec.x", "is required")) == "spec.x: is required"
+
+
+def test_one_of_two_fields_names_both_when_neither_is_set_and_refuses_the_second_when_both_are() -> None:
+    errors: list[FieldError] = []
+    Fields({}, "spec.sources[0]", errors).one_of(("table", None), ("query", None), "one or the other")
+    Fields({}, "spec.sources[1]", errors).one_of(("table", "t"), ("query", "q"), "one or the other")
+    Fields({}, "spec.sources[2]", errors).one_of(("table", "t"), ("query", None), "one or the other")
+    assert [str(e) for e in errors] == [
+        "spec.sources[0]: must set table or query",
+        "spec.sources[1].query: cannot be combined with table: one or the other",
+    ]
+
+
+def test_a_field_that_applies_only_with_another_is_refused_without_it() -> None:
+    errors: list[FieldError] = []
+    f = Fields({"consumerGroup": "g", "streamCount": None}, "spec.sources[0]", errors)
+    f.only_with(("consumerGroup", "streamCount"), False, "streamName")
+    f.only_with(("consumerGroup",), True, "streamName")
+    assert [str(e) for e in errors] == ["spec.sources[0].consumerGroup: applies only with streamName"]

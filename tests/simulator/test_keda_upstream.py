@@ -24,8 +24,9 @@ from typing import Any, cast
 
 import pytest
 
-from controller.keda.model import DEFAULT_DOWN, DEFAULT_UP, INT32_MAX, HpaBehavior, HpaDirection, HpaPolicy
+from controller.keda.model import DEFAULT_DOWN, DEFAULT_UP, INT32_MAX, HpaBehavior, HpaDirection
 from controller.model.fields import SpecError
+from controller.model.rule import StepPolicy
 from controller.simulator.keda import (
     INT64_MAX,
     KedaAutoscaler,
@@ -55,9 +56,9 @@ def rules(pods: int, pods_period: int, percent: int, percent_period: int, window
     """horizontal_test.go generateScalingRules."""
     policies = []
     if pods:
-        policies.append(HpaPolicy("Pods", pods, pods_period))
+        policies.append(StepPolicy("Pods", pods, pods_period))
     if percent:
-        policies.append(HpaPolicy("Percent", percent, percent_period))
+        policies.append(StepPolicy("Percent", percent, percent_period))
     return HpaDirection(window, tuple(policies), select)  # type: ignore[arg-type]
 
 

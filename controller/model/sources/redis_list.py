@@ -69,16 +69,10 @@ def parse(f: Fields, weight: float) -> RedisListSource:
     stream_name = f.optional_string(STREAM_NAME)
     group = f.optional_string(CONSUMER_GROUP)
     stream_count = f.choice(STREAM_COUNT)
-    if list_name is None and stream_name is None:
-        f.error("", "must set listName or streamName")
-    elif list_name is not None and stream_name is not None:
-        f.error("streamName", "cannot be combined with listName: a source counts one list or one stream")
+    f.one_of(("listName", list_name), ("streamName", stream_name), "a source counts one list or one stream")
     if stream_name is not None and group is None:
         f.error("consumerGroup", "is required with streamName")
-    if stream_name is None and group is not None:
-        f.error("consumerGroup", "applies only with streamName")
-    if stream_name is None and f.has(STREAM_COUNT):
-        f.error("streamCount", "applies only with streamName")
+    f.only_with(("consumerGroup", "streamCount"), stream_name is not None, "streamName")
 
     host = f.optional_string(SERVER_HOST)
     port = f.integer(PORT)

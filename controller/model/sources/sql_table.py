@@ -161,16 +161,10 @@ def parse(f: Fields, weight: float) -> SqlTableSource:
         f.error("where", problem)
     if query is not None and (problem := select_problem(query)):
         f.error("query", problem)
-    if table is None and query is None:
-        f.error("", "must set table or query")
-    elif table is not None and query is not None:
-        f.error("query", "cannot be combined with table: describe the rows, or give the whole query")
-    if query is not None:
-        for name in ("dueColumn", "claimColumn", "unclaimedValue", "where"):
-            if f.has(name):
-                f.error(name, "applies only with table (write it into query)")
-    if unclaimed is not None and claim is None:
-        f.error("unclaimedValue", "applies only with claimColumn")
+    f.one_of(("table", table), ("query", query), "describe the rows, or give the whole query")
+    f.only_with(("dueColumn", "claimColumn", "unclaimedValue", "where"), query is None,
+                "table (write it into query)")
+    f.only_with(("unclaimedValue",), claim is not None, "claimColumn")
 
     host = f.optional_string(SERVER_HOST)
     port = f.integer(PORT)
