@@ -14,7 +14,7 @@ from controller.model.rule import QueueScaler, ScaleTargetRef
 from controller.model.sources.base import SourceSpec
 from controller.reconciler import Reconciler, TickResult
 from controller.simulator.world import PEEK_LIMIT, SimWorld, World
-from controller.targets.base import ScaleState, TargetConflict
+from controller.targets.base import ScaleState, StartupMeter, TargetConflict
 
 
 class VirtualClock:
@@ -103,8 +103,7 @@ class SimulatedTarget:
         self._ref = ref
         self.world = world
         self.clock = clock
-        self._asks: list[tuple[int, int]] = []  # scale-ups waiting for their ready replicas: (asked at, replicas)
-        self.startup_seconds: float | None = None
+        self.startup = StartupMeter()
 
     @property
     def ref(self) -> ScaleTargetRef:
@@ -112,35 +111,23 @@ class SimulatedTarget:
 
     async def read(self) -> ScaleState:
         world = self.world
-        self._follow()
+
+        def reached(replicas: int, since: float) -> float | None:
+            return next((t for t, ready in world.ready_changes if t >= since and ready >= replicas), None)
+
+        startup = self.startup.follow(world.desired, reached)
         version = str(len(world.scale_actions))
         return ScaleState(replicas=world.desired, ready_replicas=world.ready, version=version,
-                          startup_seconds=self.startup_seconds)
+                          startup_seconds=startup)
 
     async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
         world = self.world
         if read.replicas != world.desired:
             raise TargetConflict()
         if replicas > world.desired:
-            self._asks.append((int(self.clock.t), replicas))
+            self.startup.asked(self.clock.t, replicas)
         world.set_desired(replicas, int(self.clock.t))
         return await self.read()
-
-    def _follow(self) -> None:
-        """Measure start-up times as the operator's workload watch does (controller/kube/workloads.py): from a
-        scale-up we asked for to the moment the ready replicas reached its count; an ask scaled down below before
-        its pods came is never measured; of several met together, the last one asked is the one measured."""
-        world = self.world
-        kept = []
-        for asked_at, replicas in self._asks:
-            if world.desired < replicas:
-                continue
-            met = next((t for t, ready in world.ready_changes if t >= asked_at and ready >= replicas), None)
-            if met is None:
-                kept.append((asked_at, replicas))
-            else:
-                self.startup_seconds = float(met - asked_at)
-        self._asks = kept
 
 
 @dataclass(frozen=True)

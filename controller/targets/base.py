@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from controller.model.rule import ScaleTargetRef
@@ -23,6 +24,34 @@ class ScaleState:
     version: str | None = None
     watched: bool = False
     startup_seconds: float | None = None
+
+
+@dataclass
+class StartupMeter:
+    """Start-up times as the operator's workload watch measures them (controller/kube/workloads.py), for targets
+    that see their own pods: from a scale-up asked for to the moment the ready replicas reached its count. An ask
+    scaled down below before its pods came is never measured; of several met together, the last asked wins."""
+
+    asks: list[tuple[float, int]] = field(default_factory=list)  # (asked at, replicas), oldest first
+    last: float | None = None
+
+    def asked(self, at: float, replicas: int) -> None:
+        self.asks.append((at, replicas))
+
+    def follow(self, replicas: int, reached: Callable[[int, float], float | None]) -> float | None:
+        """Move the asks along: `replicas` asked for now; `reached(n, since)` is when the ready replicas reached
+        `n` at or after `since` (None: not yet). Returns the last start-up measured."""
+        kept = []
+        for asked_at, wanted in self.asks:
+            if replicas < wanted:
+                continue
+            met = reached(wanted, asked_at)
+            if met is None:
+                kept.append((asked_at, wanted))
+            else:
+                self.last = max(0.0, met - asked_at)
+        self.asks = kept
+        return self.last
 
 
 class TargetError(Exception):

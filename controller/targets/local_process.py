@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from controller.model.rule import ScaleTargetRef
-from controller.targets.base import ScaleState, TargetConflict, TargetError
+from controller.targets.base import ScaleState, StartupMeter, TargetConflict, TargetError
 
 REPLICA_ENV = "QUEUESCALE_REPLICA"  # each process gets its own number (1, 2, ...) in this variable
 READY_FILE_ENV = "QUEUESCALE_READY_FILE"  # with ready_file=True: create this file when ready for work
@@ -106,8 +106,7 @@ class LocalProcessTarget:
         self._stop_tasks: set[asyncio.Task[None]] = set()
         self._numbers = itertools.count(1)
         self._version = 0
-        self._asks: list[tuple[float, int]] = []  # scale-ups waiting for their ready replicas: (asked at, replicas)
-        self._startup: float | None = None
+        self._startup = StartupMeter()
         self._records: dict[int, ProcessRecord] = {}
         self._processes: dict[int, subprocess.Popen[bytes]] = {}  # every process ever started, by pid
         self._closed = False
@@ -129,17 +128,10 @@ class LocalProcessTarget:
         ready_times = sorted(
             ready_at for r in self._replicas if (ready_at := self._ready_at(r, now)) is not None
         )
-        kept = []
-        for asked_at, replicas in self._asks:
-            if len(self._replicas) < replicas:
-                continue  # scaled down before its pods came: never measured
-            if len(ready_times) >= replicas:
-                self._startup = max(0.0, ready_times[replicas - 1] - asked_at)
-            else:
-                kept.append((asked_at, replicas))
-        self._asks = kept
+        startup = self._startup.follow(
+            len(self._replicas), lambda n, _since: ready_times[n - 1] if len(ready_times) >= n else None)
         return ScaleState(replicas=len(self._replicas), ready_replicas=len(ready_times), version=str(self._version),
-                          startup_seconds=self._startup)
+                          startup_seconds=startup)
 
     def _ready_at(self, replica: _Replica, now: float) -> float | None:
         """When the replica became ready (monotonic), or None while it is not."""
@@ -169,7 +161,7 @@ class LocalProcessTarget:
             raise TargetConflict()
         self._replace_exited()
         if replicas > len(self._replicas):
-            self._asks.append((self._monotonic(), replicas))
+            self._startup.asked(self._monotonic(), replicas)
         while len(self._replicas) > replicas:
             self._begin_stop(self._replicas.pop())
         while len(self._replicas) < replicas:
