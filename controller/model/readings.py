@@ -48,10 +48,13 @@ class SourceReading:
     count: int | None
     error: SourceError | None = None
     note: str = ""  # e.g. "visible count unknown: 32 or more, used the approximate count"
+    # Seconds the oldest waiting message has waited (Azure: Peek Messages' InsertionTime; a job table's oldest due
+    # row); 0 when none waits; None when the source does not say.
+    oldest_age: float | None = None
 
     @classmethod
-    def of(cls, count: int, note: str = "") -> SourceReading:
-        return cls(count=count, note=note)
+    def of(cls, count: int, note: str = "", *, oldest_age: float | None = None) -> SourceReading:
+        return cls(count=count, note=note, oldest_age=oldest_age)
 
     @classmethod
     def failed(cls, code: str, message: str, *, retryable: bool = True) -> SourceReading:
