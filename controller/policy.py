@@ -7,7 +7,7 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
    last counts), and after `fallback.failureThreshold` failures in a row, the fallback (hold, or raise to a
    fixed count) as a floor;
 3. the raw need: count / target, the target being targetPerReplica, or in rate mode messagesPerReplica plus
-   throughput x drainTime, the throughput as stated or as drains showed (bounded by the stated one);
+   throughput x drainTime, the throughput as stated or as drains and waits showed (bounded by the stated one);
    `lookahead` projects a growing backlog forward;
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
@@ -18,7 +18,7 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 9. bounds: [minReplicas, maxReplicas] narrowed by active schedules. Constraints always win.
 
 The memory is what must survive a restart (it lives in the rule's status): recommendation runs, scale events,
-last scale times, when the queue went inactive, consecutive failures, the throughput drains showed and where the
+last scale times, when the queue went inactive, consecutive failures, the throughput drains and waits showed, where the
 current drain started, and the last counts of failing sources. It changes only when one of those does,
 so an operator writes status only when something happened.
 """
@@ -40,12 +40,6 @@ from controller.model.textfmt import duration, plural
 
 # --------------------------------------------------------------------------------------------------------------
 # Observations
-
-
-
-
-
-
 
 
 def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float) -> float | None:
@@ -116,10 +110,8 @@ def learn_throughput(
     runs at INFORMATIVE_DRAIN x the stated throughput or more (a count falling slowly is arrivals going on, not
     slow replicas); the sizing trusts it only within [LEARNED_FLOOR, LEARNED_CEILING] x the stated throughput.
     """
-    stated = stated_throughput(spec)
-    if stated is None or spec.policy.target_per_replica is not None or current <= 0 or (
-        len(spec.sources) > 1 and spec.aggregation != "sum"
-    ):
+    stated = _learnable(spec, current)
+    if stated is None:
         return memory
     per_replica = spec.policy.messages_per_replica or 1
     settled = max(
@@ -137,17 +129,70 @@ def learn_throughput(
     fallen = first - count
     if now - since < DRAIN_POLLS * spec.polling_interval or fallen < DRAIN_MESSAGES:
         return memory
-    drain = fallen / (current * (now - since))
-    if drain < INFORMATIVE_DRAIN * stated:
-        return memory
+    return _remember_bound(spec, memory, stated, fallen / (current * (now - since)))
 
+
+def learn_from_wait(
+    spec: QueueScalerSpec, observation: Observation, count: float, slope: float | None, current: int,
+    memory: ScalingMemory, now: float, startup: float,
+) -> ScalingMemory:
+    """The memory after this poll's oldest waiting message: how long it waited bounds the throughput from below.
+
+    First in, first out: while the oldest waiting message waited `age` seconds, every message ahead of it was
+    taken by the replicas. When the count did not grow meanwhile (the trend is not rising, so at least as many
+    were ahead of it as wait now) and no replica was removed (so at most `current` took them), each replica takes
+    at least `waiting / (current x age)` messages a second, `waiting` being the count less the slots in flight.
+    Unlike a drain this needs no falling count: steady traffic that a too-short serviceTime keeps waiting twice
+    the drain time shows it, where the count alone cannot tell slow replicas from more traffic. Read only when
+    the message waited at least the drain time (and a poll): a shorter wait says the sizing keeps its promise,
+    and its bound, divided by a small age, is mostly noise. Several queues served by the same replicas: each
+    head saw the messages ahead of it taken within the oldest head's wait, so the sum of what waits over the
+    oldest wait is still a lower bound. The same thresholds as drains, and the same trust (see
+    `learn_throughput`).
+    """
+    stated = _learnable(spec, current)
+    ages = [reading.oldest_age for reading in observation.readings]
+    if stated is None or slope is None or slope > 0 or not ages or None in ages:
+        return memory
+    age = max(a or 0.0 for a in ages)
+    drain_time = sizing(spec).drain_time or 0.0
+    if age <= 0 or age < max(spec.polling_interval, drain_time):
+        return memory
+    # The whole wait under the replicas there now, the last ones added given their start-up.
+    if now - age < max((memory.last_scale_up or -math.inf) + startup, memory.last_scale_down or -math.inf):
+        return memory
+    waiting = count - (spec.policy.messages_per_replica or 1) * current
+    if waiting < max(DRAIN_MESSAGES, BACKLOG_SHARE * stated * drain_time * current):
+        return memory
+    return _remember_bound(spec, memory, stated, waiting / (current * age))
+
+
+def _learnable(spec: QueueScalerSpec, current: int) -> float | None:
+    """The stated throughput when there is something to learn about it: rate mode with its own target, some
+    replicas, and queues whose counts add up (a max over queues says nothing of the replicas' speed)."""
+    stated = stated_throughput(spec)
+    if stated is None or spec.policy.target_per_replica is not None or current <= 0 or (
+        len(spec.sources) > 1 and spec.aggregation != "sum"
+    ):
+        return None
+    return stated
+
+
+def _remember_bound(spec: QueueScalerSpec, memory: ScalingMemory, stated: float, bound: float) -> ScalingMemory:
+    """The memory with a new lower bound of the throughput, kept when it is informative and moves what is trusted.
+
+    Bounds below INFORMATIVE_DRAIN x stated teach nothing (a count falling slowly is arrivals going on); the
+    fastest bound seen is kept. Only a bound that moves the trusted value is remembered: status is written when
+    memory changes.
+    """
+    if bound < INFORMATIVE_DRAIN * stated:
+        return memory
     known = trusted_throughput(spec, memory.learned_throughput)
-    # Only a drain that moves the trusted value is remembered: status is written when memory changes.
     if known is not None and memory.learned_throughput is not None and (
-        (trusted_throughput(spec, drain) or 0.0) <= 1.02 * known
+        (trusted_throughput(spec, bound) or 0.0) <= 1.02 * known
     ):
         return memory
-    return replace(memory, learned_throughput=drain)
+    return replace(memory, learned_throughput=bound)
 
 
 def known_count(
@@ -409,7 +454,9 @@ def decide(
     assert count is not None
     if memory.consecutive_failures or memory.last_known_counts:
         memory = replace(memory, consecutive_failures=0, last_known_counts=())
-    memory = learn_throughput(spec, count, current, memory, now, startup_time(spec, measured_startup))
+    startup = startup_time(spec, measured_startup)
+    memory = learn_throughput(spec, count, current, memory, now, startup)
+    memory = learn_from_wait(spec, observation, count, slope, current, memory, now, startup)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
 
@@ -571,7 +618,7 @@ def _summary(spec: QueueScalerSpec, count: float, slope: float | None, need: flo
     growth = f", trend {slope:+.2f}/s" if slope is not None else ""
     stated = stated_throughput(spec)
     learned = (
-        f" (at {throughput:.3g}/s a replica as drains showed; the rule states {stated:.3g}/s)"
+        f" (at {throughput:.3g}/s a replica as drains and waits showed; the rule states {stated:.3g}/s)"
         if throughput is not None and stated is not None and abs(throughput / stated - 1) > 0.01 else ""
     )
     return f"{what} count {_n(count)}{growth} needs {need:.2f} replicas{learned}"

@@ -33,12 +33,14 @@ def make_spec(*, queues: int = 1, **fields: Any) -> QueueScalerSpec:
     return parse_spec(raw)
 
 
-def seen(time: float, *counts: int | None) -> Observation:
-    """An observation; None stands for a failed source."""
+def seen(time: float, *counts: int | None, ages: Sequence[float | None] = ()) -> Observation:
+    """An observation; None stands for a failed source. `ages`: each source's oldest waiting message's age."""
     return Observation(
         time=time,
         readings=tuple(
-            SourceReading.of(c) if c is not None else SourceReading.failed("ServerBusy", "throttled") for c in counts
+            SourceReading.of(c, oldest_age=ages[i] if i < len(ages) else None) if c is not None
+            else SourceReading.failed("ServerBusy", "throttled")
+            for i, c in enumerate(counts)
         ),
     )
 
@@ -53,8 +55,10 @@ class Run:
     history: list[Observation] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
 
-    def tick(self, time: float, *counts: int | None, paused: bool = False) -> Decision:
-        observation = seen(time, *counts)
+    def tick(
+        self, time: float, *counts: int | None, paused: bool = False, ages: Sequence[float | None] = ()
+    ) -> Decision:
+        observation = seen(time, *counts, ages=ages)
         decision = decide(self.spec, observation, self.history, self.current, self.memory, time, paused=paused)
         self.memory = decision.memory.with_scale(time, self.current, decision.desired)
         self.current = decision.desired
@@ -90,6 +94,7 @@ class QueueSource:
     hang: bool = False
     crash: bool = False
     spec: SourceSpec = field(default_factory=lambda: make_spec().sources[0])
+    oldest_age: float | None = None  # what each answer says of the oldest waiting message
 
     async def poll(self, budget: float) -> SourceReading:
         if self.crash:
@@ -99,7 +104,7 @@ class QueueSource:
         count = self.counts.pop(0) if len(self.counts) > 1 else self.counts[0]
         if count is None:
             return SourceReading.failed("ServerBusy", "throttled")
-        return SourceReading.of(count)
+        return SourceReading.of(count, oldest_age=self.oldest_age)
 
     async def aclose(self) -> None:
         return None

@@ -32,6 +32,10 @@ class Metrics:
             "queuescale_queue_length", "Message count last read from a rule's queue",
             ["namespace", "rule", "source", "queue"], registry=r,
         )
+        self.oldest_age = Gauge(
+            "queuescale_oldest_message_age_seconds", "Seconds the oldest waiting message of a rule's queue had "
+            "waited when last read (queue kinds that say so)", ["namespace", "rule", "source", "queue"], registry=r,
+        )
         self.rule_count = Gauge(
             "queuescale_rule_count", "Aggregated (weighted sum or max) count a rule decided on",
             ["namespace", "rule"], registry=r,

@@ -118,6 +118,9 @@ class RuleReporter:
         for source, reading in zip(rule.spec.sources, result.observation.readings, strict=False):
             if reading.count is not None:
                 metrics.of_rule(metrics.queue_length, *rule_labels, source.type, source.queue_label).set(reading.count)
+            if reading.oldest_age is not None:
+                metrics.of_rule(metrics.oldest_age, *rule_labels, source.type, source.queue_label).set(
+                    reading.oldest_age)
             if reading.error is not None:
                 metrics.of_rule(metrics.poll_errors, *rule_labels, reading.error.code).inc()
                 if reading.error.code in AUTH_CODES:

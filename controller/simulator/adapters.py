@@ -54,6 +54,15 @@ def _count_mode(spec: SourceSpec) -> str | bool | None:
     return None
 
 
+def _reports_age(spec: SourceSpec) -> bool:
+    """Whether the kind's real poller says how long the oldest waiting message waited (read by name, as above):
+    azure-queue peeks its front message unless `oldestAge: off`; a job table with a due-time column has its
+    oldest due row. A custom SQL query may return an age too, but what it counts is its own: not simulated."""
+    if spec.type == "azure-queue":
+        return getattr(spec, "oldest_age", "peek") == "peek"
+    return spec.type == "sql-table" and getattr(spec, "due_column", None) is not None
+
+
 class SimulatedSource:
     """The `Source` of a rule, reading the simulated queue the way Azure answers.
 
@@ -72,6 +81,7 @@ class SimulatedSource:
         # What the other kinds count (docs/simulator.md, "Queue kinds"): a list's LLEN and a job table's due,
         # unclaimed rows are exactly the visible messages; a stream's pending entries are the in-flight ones.
         self.count_of = _KIND_COUNTS.get((spec.type, _count_mode(spec)))
+        self.reports_age = _reports_age(spec)
 
     @property
     def spec(self) -> SourceSpec:
@@ -86,11 +96,15 @@ class SimulatedSource:
                 return SourceReading.failed("Timeout", f"no answer from queue '{label}' within {budget:g}s")
             return SourceReading.failed(outage.code, f"queue '{label}': the service answered {outage.code} "
                                                      f"(simulated outage)")
+        age = None
+        if self.reports_age and self.clock is not None:
+            oldest = world.oldest_age(int(self.clock.t))
+            age = float(oldest) if oldest is not None else 0.0  # none visible: none waits
         if self.count_of is not None:
-            return SourceReading.of(self.count_of(world))
+            return SourceReading.of(self.count_of(world), oldest_age=age)
         if self.visible_only and world.visible_count < PEEK_LIMIT:
-            return SourceReading.of(world.visible_count)
-        return SourceReading.of(world.approximate_count)
+            return SourceReading.of(world.visible_count, oldest_age=age)
+        return SourceReading.of(world.approximate_count, oldest_age=age)
 
     async def aclose(self) -> None:
         return None

@@ -1,7 +1,7 @@
 """Issue 18: a rule whose serviceTime is wrong, and a poll where some queues fail.
 
-The throughput a replica really has is learned from drains (docs/policy.md, "A wrong serviceTime"), bounded by
-what the rule states; a failing queue's last count stands in for it until it answers ("A failed poll").
+The throughput a replica really has is learned from drains and from how long the oldest waiting message waited
+(docs/policy.md, "A wrong serviceTime"), bounded by what the rule states; a failing queue's last count stands in for it until it answers ("A failed poll").
 Expectations are computed by hand from those sections.
 """
 
@@ -43,7 +43,7 @@ def test_a_drain_slower_than_stated_is_learned_and_sizes_the_next_burst() -> Non
     burst = run.tick(40, 2000)
     # Sized at 0.5/s: 1 + 0.5 x 30 = 16 messages a replica, not the stated 31 (which gives 65).
     assert burst.desired == 125
-    assert "as drains showed" in burst.message
+    assert "as drains and waits showed" in burst.message
 
 
 def test_a_drain_faster_than_stated_is_never_trusted_above_the_stated_throughput() -> None:
@@ -54,7 +54,7 @@ def test_a_drain_faster_than_stated_is_never_trusted_above_the_stated_throughput
     assert learned == pytest.approx(2.0)
     assert sizing(run.spec, learned_throughput=learned).throughput == 1.0
     assert raw_need(run.spec, 4000, 0.0, 32, learned_throughput=learned) == pytest.approx(4000 / 31)
-    assert "as drains showed" not in run.tick(40, 4000).message
+    assert "as drains and waits showed" not in run.tick(40, 4000).message
 
 
 def test_the_learned_throughput_is_trusted_down_to_half_the_stated_one() -> None:
@@ -102,6 +102,80 @@ def test_memory_is_unchanged_while_a_drain_goes_on_without_news() -> None:
     assert run.memory is before
 
 
+# ------------------------------------------------------------------------------------------------ waits
+
+# At the stated 1/s, 32 replicas hold 32 x 31 = 992 messages and a message waits the 30 s drain time. Replicas at
+# half that speed leave the same count steady (arrivals match what they take) but a message waits 60 s.
+STEADY = 992
+
+
+def waited(ages: list[float], counts: list[int] | None = None, current: int = 32, **policy: object) -> Run:
+    """A rule at `current` replicas (unchanged for long) seeing `counts` (steady by default) and the oldest
+    waiting message's age `ages`, one poll every 10 s from t=0."""
+    run = Run(make_spec(policy={**RATE, **policy}), current=current, memory=LONG_AGO)
+    for index, age in enumerate(ages):
+        run.tick(10.0 * index, STEADY if counts is None else counts[index], ages=[age])
+    return run
+
+
+def test_a_steady_queue_whose_messages_wait_twice_the_drain_time_teaches_half_the_throughput() -> None:
+    run = waited([60, 60, 60])
+    # (992 - 32 in flight) / (32 replicas x 60 s) = 0.5 a second each.
+    assert run.memory.learned_throughput == pytest.approx(0.5)
+    # Sized at 0.5/s: 1 + 0.5 x 30 = 16 messages a replica, 992 / 16 = 62 (the stated 31 keeps 32).
+    assert run.decisions[-1].desired == 62
+    assert "as drains and waits showed" in run.decisions[-1].message
+
+
+def test_the_same_count_without_ages_teaches_nothing() -> None:
+    # What the count alone shows of this queue: steady, so slow replicas and more traffic look the same.
+    run = Run(make_spec(policy=RATE), current=32, memory=LONG_AGO)
+    for index in range(3):
+        run.tick(10.0 * index, STEADY)
+    assert run.memory.learned_throughput is None
+    assert run.current == 32
+
+
+def test_a_wait_within_the_drain_time_teaches_nothing() -> None:
+    # 29 s is what the sizing promises (30 s): no news, whatever the bound would say.
+    assert waited([29, 29, 29]).memory.learned_throughput is None
+
+
+def test_a_wait_while_the_count_grows_teaches_nothing() -> None:
+    # More arrived than left while the message waited: fewer were ahead of it than wait now.
+    assert waited([60, 60, 60], counts=[900, 950, 1000]).memory.learned_throughput is None
+
+
+def test_a_wait_that_began_before_a_scale_in_teaches_nothing() -> None:
+    # More replicas took the messages ahead of it than there are now.
+    run = Run(make_spec(policy=RATE), current=32, memory=ScalingMemory(last_scale_down=-30.0))
+    for index in range(3):
+        run.tick(10.0 * index, STEADY, ages=[60])
+    assert run.memory.learned_throughput is None
+
+
+def test_a_wait_behind_replicas_still_starting_teaches_nothing() -> None:
+    # The last scale-up's replicas were ready at t=-40 + 10 = -30; these messages waited since t=-60 and -50.
+    run = Run(make_spec(policy=RATE), current=32, memory=ScalingMemory(last_scale_up=-40.0))
+    run.tick(0, STEADY, ages=[60])
+    run.tick(10, STEADY, ages=[60])
+    assert run.memory.learned_throughput is None
+    run.tick(20, STEADY, ages=[45])  # since t=-25: all under the replicas there now; 45 s > the 30 s drain time
+    assert run.memory.learned_throughput == pytest.approx(960 / (32 * 45))
+
+
+def test_waits_in_two_queues_of_the_same_replicas_bound_the_throughput_together() -> None:
+    run = Run(make_spec(queues=2, policy=RATE), current=32, memory=LONG_AGO)
+    for index in range(3):
+        run.tick(10.0 * index, 496, 496, ages=[45, 60])
+    # (496 + 496 - 32) waiting over the oldest head's 60 s.
+    assert run.memory.learned_throughput == pytest.approx(0.5)
+
+
+def test_waits_in_count_mode_teach_nothing() -> None:
+    assert waited([60, 60, 60], targetPerReplica=31).memory.learned_throughput is None
+
+
 # ------------------------------------------------------------------------------------------------ a small run
 
 
@@ -128,6 +202,28 @@ def test_a_rule_told_half_the_service_time_still_meets_the_target_wait(monkeypat
     stated_only = _told(sc, 0.5)
     # The drain showed the replicas at half the stated speed; sizing from that cleared the batch sooner.
     assert learning.wait_p99 < stated_only.wait_p99 - 20
+
+
+def _steady(slo: float) -> Scenario:
+    """Five messages a second all hour, 2-6 s each, one at a time: no drain ever, the count steady."""
+    return scenario(
+        duration=3600, seed=2, slo={"waitSeconds": slo},
+        workers={"startupDelay": 20, "serviceTime": {"distribution": "uniform", "min": 2, "max": 6},
+                 "concurrency": 1, "maxReplicas": 100},
+        arrivals=[{"type": "poisson", "rate": 5}],
+    )
+
+
+def test_steady_traffic_told_half_the_service_time_meets_the_target_wait_by_its_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sc = _steady(60)
+    learning = _told(sc, 0.5)
+    assert learning.wait_p99 <= 60
+    monkeypatch.setattr(controller.policy, "learn_from_wait", lambda *args: args[5])  # the memory, unchanged
+    count_only = _told(sc, 0.5)
+    # The count alone: messages wait about twice the drain time, and the tail goes past the objective.
+    assert count_only.wait_p99 > 60
 
 
 # ------------------------------------------------------------------------------------------------ failures

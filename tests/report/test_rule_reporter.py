@@ -164,3 +164,32 @@ async def test_a_reporter_knows_only_the_reporting_it_is_given() -> None:
     clock.time += 10
     await reconciler.tick()
     assert len(submitted) == 1 and len(sent) == 1 and first_ticks == ["ns/r"]
+
+
+async def test_the_oldest_waiting_messages_age_is_exported_when_the_source_says_it() -> None:
+    clock = VirtualClock()
+    metrics = Metrics()
+    reporting = Reporting(
+        metrics=metrics, events=EventRecorder(lambda *_: _nothing(), "test"), pacing=Pacing(),
+        now=clock.now, may_write=lambda: True, submit_status=lambda *_: None,
+        write_status=_never_written, rule_count=lambda: 1, first_tick=lambda _: None,
+        invalidate_secrets=lambda _: None)
+    spec = make_spec(queues=2, policy={"targetPerReplica": 10})
+    rule = QueueScaler(name="r", namespace="ns", spec=spec)
+    sources = [QueueSource([50], spec=spec.sources[0], oldest_age=42.0), QueueSource([7], spec=spec.sources[1])]
+    state = Reported()  # held here: a reporter keeps only a weak reference to its rule's state
+    await Reconciler(rule, sources, MemoryTarget(replicas=1), clock, RuleReporter(reporting, state)).tick()
+    value = metrics.registry.get_sample_value
+    labels = {"namespace": "ns", "rule": "r", "source": "azure-queue"}
+    assert value("queuescale_oldest_message_age_seconds", {**labels, "queue": "queue-0"}) == 42.0
+    # A source that does not say has no series (not a 0 that would read as "nothing waits").
+    assert value("queuescale_oldest_message_age_seconds", {**labels, "queue": "queue-1"}) is None
+    assert value("queuescale_queue_length", {**labels, "queue": "queue-1"}) == 7
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _never_written(state: ReportedRule, status: Status, now: float) -> bool:
+    raise AssertionError("a tick's status is submitted, never written in the tick")

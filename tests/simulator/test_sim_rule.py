@@ -143,3 +143,31 @@ async def test_each_kind_of_source_reads_what_its_kind_counts() -> None:
     specs = (lists, table, pending, both, ready, unacked, sqs, sqs_all)
     counts = [(await SimulatedSource(spec, world).poll(10)).count for spec in specs]
     assert counts == [15, 15, 5, 20, 15, 20, 15, 20]  # 5 in flight, 4 not yet due: a list and a table see neither
+
+
+async def test_the_sources_that_say_so_report_how_long_the_oldest_waiting_message_waited() -> None:
+    from controller.model.sources.redis_list import RedisListSource
+    from controller.model.sources.sql_table import SqlTableSource
+    from controller.simulator.adapters import SimulatedSource
+    from controller.simulator.world import World
+
+    rule = parse_queuescaler(yaml.safe_load(RULE))
+    sc = scenario(workers={"startupDelay": 0, "serviceTime": 100, "initialReplicas": 5})
+    world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
+    clock = VirtualClock(0.0)
+    azure = SimulatedSource(rule.spec.sources[0], world, clock)
+    due = SimulatedSource(SqlTableSource(type="sql-table", table="jobs", due_column="due_at", host="h",
+                                         database="d", user="u"), world, clock)
+    others = [SimulatedSource(spec, world, clock) for spec in (
+        SqlTableSource(type="sql-table", table="jobs", host="h", database="d", user="u"),
+        RedisListSource(type="redis-list", list_name="jobs", host="h"),
+    )]
+    world.put(0, 3)
+    world.step(0)  # the 5 replicas take 3: none waits
+    assert (await azure.poll(10)).oldest_age == 0.0
+    world.put(1, 4)
+    for t in range(1, 31):
+        world.step(t)
+    clock.t = 30
+    # Azure peeks the front message, a job table reads its oldest due row; the others do not say.
+    assert [(await s.poll(10)).oldest_age for s in (azure, due, *others)] == [29.0, 29.0, None, None]
