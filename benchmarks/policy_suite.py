@@ -241,9 +241,12 @@ def summary(rows: Sequence[Row]) -> list[str]:
             saving = 1 - ours.worker_seconds / tuned.worker_seconds
             verdict.append(f"{saving:+.0%} worker-seconds vs tuned KEDA" if saving < 0 else
                            f"{saving:.0%} fewer worker-seconds than tuned KEDA")
+            target = COST_TARGET * tuned.worker_seconds
             verdict.append(f"cost target (<= {COST_TARGET:g}x tuned KEDA) "
-                           f"{'met' if ours.worker_seconds <= COST_TARGET * tuned.worker_seconds else 'missed'}: "
-                           f"{ours.worker_seconds / tuned.worker_seconds:.2f}x")
+                           f"{'met' if ours.worker_seconds <= target else 'missed'}: "
+                           f"{ours.worker_seconds / tuned.worker_seconds:.2f}x"
+                           + (f" (below the floor: {COST_TARGET:g}x tuned KEDA is {target / row.floor:.2f}x the "
+                              "total service time, which no policy can spend less than)" if target < row.floor else ""))
             verdict.append(f"reversals {ours.direction_reversals} vs {tuned.direction_reversals}")
             verdict.append(f"duplicates {ours.duplicate_deliveries} vs {tuned.duplicate_deliveries}")
         else:
@@ -266,7 +269,8 @@ def summary(rows: Sequence[Row]) -> list[str]:
                            + (f"; KEDA tuned {tuned.burst_enough_capacity_mean:.0f}s)"
                               if tuned and tuned.burst_enough_capacity_mean is not None else ")"))
         for factor, metrics in row.robustness:
-            verdict.append(f"serviceTime x{factor:g}: p99 {metrics.wait_p99:g}s, "
+            verdict.append(f"serviceTime x{factor:g}: p99 {metrics.wait_p99:g}s "
+                           f"({'meets' if metrics.wait_p99 <= row.slo else 'misses'}), "
                            f"{metrics.worker_seconds / ours.worker_seconds:.2f}x the worker-seconds")
         lines.append(f"- {row.scenario}{' (held out)' if row.holdout else ''}: " + "; ".join(verdict))
     return lines
