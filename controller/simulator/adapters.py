@@ -96,10 +96,7 @@ class SimulatedSource:
                 return SourceReading.failed("Timeout", f"no answer from queue '{label}' within {budget:g}s")
             return SourceReading.failed(outage.code, f"queue '{label}': the service answered {outage.code} "
                                                      f"(simulated outage)")
-        age = None
-        if self.reports_age and self.clock is not None:
-            oldest = world.oldest_age(int(self.clock.t))
-            age = float(oldest) if oldest is not None else 0.0  # none visible: none waits
+        age = world.front_age(int(self.clock.t)) if self.reports_age and self.clock is not None else None
         if self.count_of is not None:
             return SourceReading.of(self.count_of(world), oldest_age=age)
         if self.visible_only and world.visible_count < PEEK_LIMIT:

@@ -364,6 +364,17 @@ class World:
             visible.popleft()
         return t - visible[0].enqueued
 
+    def front_age(self, t: int) -> float | None:
+        """What Peek Messages tells of the front message: seconds since it was put; 0 when none is visible; None
+        when it was delivered before (its age then counts a worker's time, not a wait, and the source says so)."""
+        if not self.visible_count:
+            return 0.0
+        visible = self.visible
+        while not visible[0].count:
+            visible.popleft()
+        head = visible[0]
+        return None if head.deliveries else float(t - head.enqueued)
+
     def _expire(self, t: int) -> None:
         expiring = self.expiring
         while expiring and (not expiring[0].count or expiring[0].expires <= t):

@@ -171,3 +171,22 @@ async def test_the_sources_that_say_so_report_how_long_the_oldest_waiting_messag
     clock.t = 30
     # Azure peeks the front message, a job table reads its oldest due row; the others do not say.
     assert [(await s.poll(10)).oldest_age for s in (azure, due, *others)] == [29.0, 29.0, None, None]
+
+
+async def test_a_front_message_delivered_before_gives_no_age() -> None:
+    # Its age counts a worker's time as well as waits: the real source says nothing rather than a wrong wait.
+    from controller.simulator.adapters import SimulatedSource
+    from controller.simulator.world import World
+
+    rule = parse_queuescaler(yaml.safe_load(RULE))
+    sc = scenario(workers={"startupDelay": 0, "serviceTime": 100, "initialReplicas": 5})  # visibility 60 s
+    world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
+    clock = VirtualClock(0.0)
+    azure = SimulatedSource(rule.spec.sources[0], world, clock)
+    world.put(0, 5)
+    for t in range(0, 61):
+        world.step(t)
+    clock.t = 60
+    reading = await azure.poll(10)
+    assert world.visible_count == 5 and reading.count == 5  # back after the visibility timeout, still worked on
+    assert reading.oldest_age is None
