@@ -118,7 +118,8 @@ async def test_start_up_with_a_ready_file_is_when_the_file_was_written(tmp_path:
         gate.touch()
         await asyncio.sleep(1.5)  # read a second and a half after the worker said it was ready
         measured = (await target.read()).startup_seconds
-        assert measured is not None and 0.5 <= measured < 1.4, measured
+        # A file's mtime comes from the kernel's coarse clock, up to a tick (a few ms) behind time.time().
+        assert measured is not None and 0.49 <= measured < 1.4, measured
 
 
 async def test_a_scale_up_undone_before_its_replicas_were_ready_is_not_measured(tmp_path: Path) -> None:
