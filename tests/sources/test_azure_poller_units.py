@@ -8,6 +8,7 @@ import base64
 import dataclasses
 import email.utils
 import random
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
@@ -174,3 +175,13 @@ async def test_oldest_age_off_makes_the_count_call_alone() -> None:
     reading = await AzureQueuePoller(dataclasses.replace(SPEC, oldest_age="off"), SourceContext(fetcher, KEY)).poll(5.0)
     assert (reading.count, reading.oldest_age, reading.note) == (3, None, "")
     assert [request.url for request in fetcher.requests] == ["https://acme.queue.core.windows.net/orders?comp=metadata"]
+
+
+async def test_a_peeked_message_without_a_readable_insertion_time_leaves_the_count_and_says_so() -> None:
+    body = re.sub(rb"<InsertionTime>[^<]*</InsertionTime>", b"<InsertionTime>yesterday</InsertionTime>",
+                  peek_body(SERVICE_NOW))
+    unreadable = Answer(200, {}, body)
+    reading = await AzureQueuePoller(SPEC, SourceContext(RecordingFetch(COUNT_3, unreadable), KEY)).poll(5.0)
+    assert (reading.count, reading.error, reading.oldest_age) == (3, None, None)
+    assert reading.note == ("oldest message's age unknown: Peek Messages on queue 'orders' in account 'acme' answered "
+                            "without a readable InsertionTime (InvalidResponse)")
