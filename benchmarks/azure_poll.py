@@ -6,10 +6,12 @@ operator's HTTP client (`controller.net.http.polling_client`), and what Shared K
 (benchmarks/http_paths.py compares the HTTP paths at 1,000 and 10,000 rules.)
 
 Polls one queue through the real `AzureQueuePoller` (account-key auth: a Shared Key signature per poll, one shared
-client) for a fixed time per concurrency level and transport, and reports polls/s, latency and the client
-process's CPU per poll (`time.process_time`, every thread of this process; the server runs in another process).
+client; `oldestAge: off`, so a poll is the one Get Queue Metadata call this measures: the default, `peek`, adds a
+second call per poll of a queue that is not empty) for a fixed time per concurrency level and transport, and
+reports polls/s, latency and the client process's CPU per poll (`time.process_time`, every thread of this
+process; the server runs in another process).
 Servers, each started on 127.0.0.1 and a free port and stopped at the end:
-- `fast`: the small asyncio Get Queue Metadata server of benchmarks/capacity.py, in a process of its own. It
+- `fast`: the small asyncio queue server of benchmarks/capacity.py, in a process of its own. It
   answers in microseconds, so the client's CPU is what limits the rate: the figure that matters for the operator;
 - `azurite`: a real Azurite (Node.js). Slower than the client, so it shows latency more than client cost.
 Bounded: it ends by itself after about `seconds` x levels x servers + startup.
@@ -78,7 +80,7 @@ class Run:
 
 async def poll_for(endpoint: Endpoint, seconds: float, concurrency: int) -> Run:
     spec = AzureQueueSource(type="azure-queue", queue_name=QUEUE, account_name=endpoint.account,
-                            endpoint=endpoint.url, account_key_secret_ref=SecretKeyRef("s", "k"))
+                            endpoint=endpoint.url, account_key_secret_ref=SecretKeyRef("s", "k"), oldest_age="off")
 
     async def secrets(name: str, key: str) -> str:  # noqa: ARG001  (one secret for every ref)
         return endpoint.key

@@ -4,8 +4,10 @@
 
 For each N it starts, all on 127.0.0.1:
 - the fake API server (tests/fakekube) in a process of its own, preloaded with N Deployments and N QueueScalers;
-- a small, fast Get Queue Metadata server (asyncio, in a process of its own) that answers every queue with a
-  fixed count, like Azure (`x-ms-approximate-messages-count`). Azurite is not used: at 1,000 polls/s its node
+- a small, fast queue server (asyncio, in a process of its own) that answers Get Queue Metadata for every queue
+  with a fixed count, like Azure (`x-ms-approximate-messages-count`), and Peek Messages with one front message put
+  a few seconds before, so each poll makes the two calls of the default `oldestAge: peek` (the count, then the
+  front message's age). Azurite is not used: at 1,000 polls/s its node
   process, not the operator, would be what is measured (tests/azurite.py's ~1,200 polls/s from one client);
 - `queuescale run` (the real operator, a subprocess), whose rules authenticate with a connection string (Shared
   Key signing on every poll) that points at the fast server.
@@ -31,6 +33,7 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import email.utils
 import json
 import os
 import re
@@ -59,7 +62,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class _QueueProtocol(asyncio.Protocol):
-    """Just enough HTTP/1.1 (keep-alive, no bodies) to answer Get Queue Metadata and a `/_set` admin call."""
+    """Just enough HTTP/1.1 (keep-alive, no request bodies) to answer Get Queue Metadata, Peek Messages and a `/_set`
+    admin call."""
 
     counts: ClassVar[dict[str, int]] = {}
     served = 0
@@ -86,6 +90,9 @@ class _QueueProtocol(asyncio.Protocol):
                 self.transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
                 continue
             _QueueProtocol.served += 1
+            if url.path.endswith("/messages"):
+                self.transport.write(_peek_answer(time.time()))
+                continue
             queue = url.path.rsplit("/", 1)[-1]
             count = _QueueProtocol.counts.get(queue, STEADY_COUNT)
             if _QueueProtocol.moving and queue not in _QueueProtocol.counts:
@@ -96,6 +103,21 @@ class _QueueProtocol(asyncio.Protocol):
                 b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nx-ms-request-id: bench\r\nx-ms-version: 2025-11-05\r\n"
                 b"x-ms-approximate-messages-count: %d\r\n\r\n" % count
             )
+
+
+FRONT_MESSAGE_WAITED = 3  # seconds: what every Peek Messages answer says of the front message
+
+
+def _peek_answer(now: float) -> bytes:
+    """Peek Messages' answer as Azure words it: a `Date` and one message put FRONT_MESSAGE_WAITED seconds before."""
+    inserted = email.utils.formatdate(now - FRONT_MESSAGE_WAITED, usegmt=True).encode()
+    expires = email.utils.formatdate(now + 604800, usegmt=True).encode()
+    body = (b'<?xml version="1.0" encoding="utf-8"?><QueueMessagesList><QueueMessage><MessageId>bench</MessageId>'
+            b"<InsertionTime>%s</InsertionTime><ExpirationTime>%s</ExpirationTime><DequeueCount>0</DequeueCount>"
+            b"<MessageText>job</MessageText></QueueMessage></QueueMessagesList>" % (inserted, expires))
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: application/xml\r\nContent-Length: %d\r\nDate: %s\r\n"
+            b"x-ms-request-id: bench\r\nx-ms-version: 2025-11-05\r\n\r\n%s"
+            % (len(body), email.utils.formatdate(now, usegmt=True).encode(), body))
 
 
 async def _serve_queues(port_file: Path, moving: bool) -> None:

@@ -6,11 +6,13 @@ against the hand-written HTTP/1.1 client it replaced (`StreamTransport.fetch`), 
 
 Each rule polls its own queue every 10 s, as the operator's reconciler does: its first poll spread over the first
 interval, a late tick started at once and missed ones skipped, at most 500 polls in progress (the operator's
-`--max-concurrent-ticks`, with the wait counted as lateness). A poll is what the Azure poller sends: a Get Queue
+`--max-concurrent-ticks`, with the wait counted as lateness). A poll is the Azure poller's count call: a Get Queue
 Metadata GET signed with Shared Key (date, signature, headers), and the count read from the answer, over one
-shared client of 200 connections. The server is benchmarks/capacity.py's Get Queue Metadata server on 127.0.0.1,
-in a process of its own; its CPU is not counted. Reported per run: polls/s (1,000/s due at 10,000 rules), the
-client process's CPU in cores (`time.process_time`), CPU per poll, lateness p50/p99/max, failures.
+shared client of 200 connections (the default `oldestAge: peek` adds a peek per poll of a queue that is not
+empty: not sent here, the paths compared are the same for both calls). The server is benchmarks/capacity.py's
+queue server on 127.0.0.1, in a process of its own; its CPU is not counted. Reported per run: polls/s (1,000/s
+due at 10,000 rules), the client process's CPU in cores (`time.process_time`), CPU per poll, lateness
+p50/p99/max, failures.
 
 The paths alternate (A B A B) so that a noisy neighbour hurts both alike; compare ratios within a run. The rest
 of a tick (decision, metrics, status) is the same on both paths and not run here: benchmarks/capacity.py measures

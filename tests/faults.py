@@ -1,4 +1,5 @@
-"""A scripted Get Queue Metadata service and the operator run against it: shared by the fault tests of several folders."""
+"""A scripted queue service (Get Queue Metadata, and Peek Messages for the oldest message's age) and the operator run
+against it: shared by the fault tests of several folders."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from kubernetes import client as kube_client
 
+from tests.azure_answers import error, is_peek, metadata, peeked
 from tests.fakekube.server import FakeKube
 from tests.loopback import LoopbackServer, Recorded, Reply
 from tests.operator_harness import deployment, replicas, rule, secret
@@ -21,6 +23,8 @@ class FakeQueueService:
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
         self.mode = "ok"  # ok | busy | slow | deleted
+        self.peek_mode = "ok"  # ok | busy: Peek Messages alone answers 503, Get Queue Metadata as `mode` says
+        self.waited = 3.0  # seconds the front message of a queue that is not empty has waited
         self.accepted_sig = OLD_SIG
         self.slow_seconds = 0.0
         self._lock = threading.Lock()
@@ -28,17 +32,22 @@ class FakeQueueService:
 
     def _answer(self, request: Recorded) -> Reply:
         with self._lock:
-            mode, sig, slow = self.mode, self.accepted_sig, self.slow_seconds
-        queue = request.route.rsplit("/", 1)[-1]
+            mode, peek_mode, sig, slow, waited = (self.mode, self.peek_mode, self.accepted_sig, self.slow_seconds,
+                                                  self.waited)
+        peek = is_peek(request)
+        queue = request.route.removesuffix("/messages").rsplit("/", 1)[-1]
         if f"sig={sig}" not in request.path:
-            return _error(403, "AuthenticationFailed", "Server failed to authenticate the request.")
-        if mode == "busy":
-            return _error(503, "ServerBusy", "The server is busy.")
+            return error(403, "AuthenticationFailed", "Server failed to authenticate the request.")
+        if mode == "busy" or (peek and peek_mode == "busy"):
+            return error(503, "ServerBusy", "The server is busy.")
         if mode == "slow":
             time.sleep(slow)
         if mode == "deleted" or queue not in self.counts:
-            return _error(404, "QueueNotFound", "The specified queue does not exist.")
-        return Reply(200, {"x-ms-approximate-messages-count": str(self.counts[queue]), "x-ms-request-id": "t"})
+            return error(404, "QueueNotFound", "The specified queue does not exist.")
+        count = self.counts[queue]
+        if peek:
+            return peeked(*([time.time() - waited] if count else []))
+        return metadata(count)
 
     def set(self, **changes: Any) -> None:
         with self._lock:
@@ -88,7 +97,3 @@ def watch_replicas(kube: FakeKube, name: str) -> tuple[list[int], Callable[[], N
 
 OLD_SIG = "oldsig0rotated0by0the0test0AAAA"
 
-
-def _error(status: int, code: str, message: str) -> Reply:
-    body = f'<?xml version="1.0" encoding="utf-8"?><Error><Code>{code}</Code><Message>{message}</Message></Error>'
-    return Reply(status, {"x-ms-error-code": code, "Content-Type": "application/xml"}, body.encode())

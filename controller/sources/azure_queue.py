@@ -5,6 +5,11 @@ The poller reads one queue's approximate message count with one Get Queue Metada
 (`SourceContext.http`), signed with Shared Key, a SAS, or a workload-identity bearer token (see `azure_auth`).
 With `countStrategy: visible` it first peeks up to 32 messages: fewer than 32 is the exact visible count.
 
+With `oldestAge: peek` (the default) the reading also says how long the front message has waited: the answer's
+`Date` (the service's clock, so ours may be off) minus the message's `InsertionTime`. When the count is above 0 that
+takes one Peek Messages call of one message (never 32: a message may be 64 KiB); `countStrategy: visible` reads it
+from its own peek. The age is a refinement: a peek that fails leaves the count standing, with no age and a note.
+
 Transient failures (503 ServerBusy, 500, 408, timeouts, refused connections) are retried with exponential
 back-off and jitter inside the poll's budget (`retries.with_retries`); permanent ones (403, 404, 400) fail at
 once. Either way the reading carries the Azure error code and a message a person can act on, and never a secret.
@@ -13,6 +18,7 @@ once. Either way the reading carries the Azure error code and a message a person
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import os
 import random
 import re
@@ -20,6 +26,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlencode, urlsplit
@@ -84,15 +91,26 @@ _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _VERSION_TROUBLE = frozenset(
     {"InvalidHeaderValue", "InvalidQueryParameterValue", "UnsupportedHeader", "OutOfRangeInput"}
 )
-_PEEK = ("messages", "peekonly=true&numofmessages=32")
+_PEEK = ("messages", f"peekonly=true&numofmessages={PEEK_LIMIT}")
+_PEEK_FRONT = ("messages", "peekonly=true&numofmessages=1")  # for the age only: one message is enough
 _METADATA = ("", "comp=metadata")
+
+
+@dataclass(frozen=True)
+class _Peeked:
+    """What a Peek Messages answer says: how many messages it holds, and when the earliest of them was put."""
+
+    count: int
+    earliest_insertion: float | None  # epoch seconds; None when a message's InsertionTime is missing or unreadable
 
 
 class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
     """Polls one Azure Storage queue. Secrets are read on every poll, so a rotated key takes effect at once.
 
     An attempt is one call: Get Queue Metadata, or with `countStrategy: visible` Peek Messages first; when the
-    peek finds the limit, Get Queue Metadata follows, with retries of its own within the same budget.
+    peek finds the limit, Get Queue Metadata follows, with retries of its own within the same budget. With
+    `oldestAge: peek` a count above 0 from Get Queue Metadata is followed by a peek at the front message for its
+    age, again with retries of its own within the same budget.
     """
 
     kind = TYPE
@@ -140,28 +158,77 @@ class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
 
     async def reading(self, settings: _Access, value: Answer, deadline: float) -> SourceReading:
         access = settings
+        wants_age = self._spec.oldest_age == "peek"
         if self._spec.count_strategy == "visible":
-            visible = _count_peeked(value.body)
-            if visible is None:
+            peeked = _read_peek(value.body)
+            if peeked is None:
                 return SourceReading.failed(
                     "InvalidResponse", f"Peek Messages on {self._where(access)} answered with no message list"
                 )
-            if visible < PEEK_LIMIT:
-                return SourceReading.of(visible)
+            age, age_note = self._age(value, peeked, access) if wants_age else (None, "")
+            if peeked.count < PEEK_LIMIT:
+                return SourceReading.of(peeked.count, age_note, oldest_age=age)
             metadata = await with_retries(lambda timeout: self._call(access, *_METADATA, timeout), deadline,
                                           self._retry, self._rng)
             if metadata.error is not None:
                 return SourceReading(count=None, error=metadata.error)
             assert metadata.value is not None
-            value = metadata.value
+            count = _parse_count(metadata.value.headers.get(COUNT_HEADER))
+            if count is None:
+                return self._no_count(access)
+            return SourceReading.of(count, _notes(VISIBLE_UNKNOWN_NOTE, age_note), oldest_age=age)
         count = _parse_count(value.headers.get(COUNT_HEADER))
         if count is None:
-            return SourceReading.failed(
-                "InvalidResponse",
-                f"Get Queue Metadata on {self._where(access)} answered without a valid {COUNT_HEADER} header",
-            )
-        note = VISIBLE_UNKNOWN_NOTE if self._spec.count_strategy == "visible" else ""
-        return SourceReading.of(count, note)
+            return self._no_count(access)
+        if not wants_age:
+            return SourceReading.of(count)
+        if count == 0:
+            return SourceReading.of(0, oldest_age=0.0)
+        age, age_note = await self._front_age(access, deadline)
+        return SourceReading.of(count, age_note, oldest_age=age)
+
+    def _no_count(self, access: _Access) -> SourceReading:
+        return SourceReading.failed(
+            "InvalidResponse",
+            f"Get Queue Metadata on {self._where(access)} answered without a valid {COUNT_HEADER} header",
+        )
+
+    async def _front_age(self, access: _Access, deadline: float) -> tuple[float | None, str]:
+        """The front message's age from a peek at one message, or None and a note saying why there is none."""
+        peek = await with_retries(lambda timeout: self._call(access, *_PEEK_FRONT, timeout), deadline,
+                                  self._retry, self._rng)
+        if peek.error is not None:
+            return None, self._age_unknown(peek.error, access)
+        assert peek.value is not None
+        peeked = _read_peek(peek.value.body)
+        if peeked is None:
+            return None, (f"oldest message's age unknown: Peek Messages on {self._where(access)} answered with no "
+                          "message list (InvalidResponse)")
+        return self._age(peek.value, peeked, access)
+
+    def _age(self, answer: Answer, peeked: _Peeked, access: _Access) -> tuple[float | None, str]:
+        """Seconds the earliest peeked message has waited, by the service's clock (ours only when it sent none)."""
+        if peeked.count == 0:
+            return 0.0, ""  # every message is in flight or delayed: none waits
+        if peeked.earliest_insertion is None:
+            return None, (f"oldest message's age unknown: Peek Messages on {self._where(access)} answered without "
+                          "a readable InsertionTime (InvalidResponse)")
+        now = _http_time(answer.headers.get("Date"))
+        if now is None:
+            now = self._wall_clock()
+        return max(0.0, now - peeked.earliest_insertion), ""
+
+    def _age_unknown(self, error: SourceError, access: _Access) -> str:
+        """The note of a peek that failed: the count stands, so this says what to change to get the age too."""
+        where = self._where(access)
+        if error.code == "AuthorizationResourceTypeMismatch":
+            return (f"oldest message's age unknown: the account SAS for '{access.account}' may count but not peek "
+                    f"at messages ({error.code}): the age needs object access, so issue it with srt=co (o to peek, "
+                    f"c to count), or set oldestAge: off{access.check_secret}")
+        if error.code == "AuthorizationPermissionMismatch" and access.how == "workload identity":
+            return (f"oldest message's age unknown: the workload identity may not peek at messages of {where} "
+                    f"({error.code}): assign it the Storage Queue Data Reader role, or set oldestAge: off")
+        return f"oldest message's age unknown: Peek Messages failed ({error.code}): {error.message}"
 
     def _where(self, access: _Access) -> str:
         return f"queue '{self._spec.queue_name}' in account '{access.account}'"
@@ -332,7 +399,7 @@ class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
                     f"permission{check}")
         if code == "AuthorizationResourceTypeMismatch":
             return (f"the account SAS for '{account}' does not cover this call ({code}): issue it with srt=c "
-                    f"(srt=co with countStrategy: visible, since Peek Messages reads messages){check}")
+                    f"(srt=co to peek at messages too: countStrategy: visible and oldestAge: peek do){check}")
         if code == "InvalidResourceName":
             return (f"queue name '{queue}' is not valid in account '{account}' ({code}): use 3-63 lowercase "
                     "letters, digits and single dashes")
@@ -356,15 +423,36 @@ def _parse_count(value: str | None) -> int | None:
     return int(value.strip())
 
 
-def _count_peeked(body: bytes) -> int | None:
-    """How many `<QueueMessage>` a Peek Messages answer holds; None when it is not a message list."""
+def _read_peek(body: bytes) -> _Peeked | None:
+    """The `<QueueMessage>`s of a Peek Messages answer and the earliest `InsertionTime`; None when it is not a
+    message list."""
     try:
         root = ET.fromstring(body)
     except ET.ParseError:
         return None
     if root.tag != "QueueMessagesList":
         return None
-    return sum(1 for child in root if child.tag == "QueueMessage")
+    inserted = [_http_time(message.findtext("InsertionTime")) for message in root if message.tag == "QueueMessage"]
+    readable = [moment for moment in inserted if moment is not None]
+    earliest = min(readable) if readable and len(readable) == len(inserted) else None
+    return _Peeked(len(inserted), earliest)
+
+
+def _http_time(value: str | None) -> float | None:
+    """Epoch seconds of an RFC 1123 date (`Date`, `InsertionTime`); None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        moment = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if moment.tzinfo is None:  # "-0000": UTC with no claim about the local zone
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
+
+
+def _notes(*notes: str) -> str:
+    return "; ".join(note for note in notes if note)
 
 
 def _error_details(response: Answer) -> tuple[str, str]:

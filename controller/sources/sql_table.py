@@ -6,7 +6,8 @@ LOCKED`. The rule describes the rows declaratively (table, due-time column, clai
 runs in a READ ONLY transaction with a statement timeout no longer than the poll's budget, so a rule can neither
 write nor hold a connection for long. A plain count takes no row locks, so it never waits for the workers' locks.
 
-With a due-time column the reading's note also says how long the oldest due row has waited.
+With a due-time column the reading also says how long the oldest due row has waited (`oldest_age`, 0 when none is
+due, and in its note); a custom query may give that age as its second column.
 
 The driver is asyncpg, an optional extra (`pip install 'queuescale[postgres]'`); without it a poll fails with the
 code `DriverNotInstalled`. Messages name the host, database, user, table and Secret, never a password or a DSN.
@@ -164,7 +165,6 @@ class SqlTablePoller(Poller[SqlTableSource, _Connection, tuple[int, float | None
         super().__init__(spec, context, retry=retry, rng=rng)
         self._connection: Any = None  # an asyncpg.Connection
         self._fingerprint = ""
-        self.oldest_age: float | None = None  # seconds, from the last successful poll (see the module docstring)
 
     def __repr__(self) -> str:
         return f"SqlTablePoller(table={self._spec.queue_label!r}, host={self._spec.host!r})"
@@ -184,9 +184,10 @@ class SqlTablePoller(Poller[SqlTableSource, _Connection, tuple[int, float | None
     async def reading(self, settings: _Connection, value: tuple[int, float | None],  # noqa: ARG002
                       deadline: float) -> SourceReading:  # noqa: ARG002
         count, age = value
-        self.oldest_age = age
         note = f"oldest due row waited {duration(age)}" if age is not None else ""
-        return SourceReading.of(count, note)
+        if age is None and self._spec.due_column is not None and self._spec.query is None:
+            age = 0.0  # no row is due (min() over none is NULL): none waits
+        return SourceReading.of(count, note, oldest_age=age)
 
     async def _settings(self) -> _Connection:
         spec = self._spec

@@ -85,7 +85,8 @@ def test_minimal_rule_gets_every_default() -> None:
     assert (spec.fallback.failure_threshold, spec.fallback.mode, spec.fallback.replicas) == (3, "hold", None)
     source = spec.sources[0]
     assert isinstance(source, AzureQueueSource)
-    assert (source.weight, source.count_strategy, source.cloud) == (1.0, "approximate", "public")
+    assert (source.weight, source.count_strategy, source.cloud, source.oldest_age) == (
+        1.0, "approximate", "public", "peek")
 
 
 def test_full_rule_parses_into_typed_objects() -> None:
@@ -310,6 +311,7 @@ def test_duplicate_schedule_names() -> None:
           "endpoint": "ftp://x"}, 'spec.sources[0].endpoint: must be an http(s) URL with no query, got "ftp://x"'),
         ({**AZURE, "countStrategy": "exact"},
          'spec.sources[0].countStrategy: must be one of approximate, visible, got "exact"'),
+        ({**AZURE, "oldestAge": "bogus"}, 'spec.sources[0].oldestAge: must be one of peek, off, got "bogus"'),
         ({**AZURE, "connectionSecretRef": {"name": "q"}}, "spec.sources[0].connectionSecretRef.key: is required"),
         ({**AZURE, "queue": "x"}, "spec.sources[0].queue: unknown field"),
     ],
@@ -325,6 +327,12 @@ def test_azure_queue_account_key_form() -> None:
     assert isinstance(parsed, AzureQueueSource)
     assert (parsed.account_name, parsed.cloud, parsed.queue_label) == ("acme", "china", "orders")
     assert parsed.account_key_secret_ref is not None and parsed.account_key_secret_ref.key == "key"
+
+
+def test_azure_queue_oldest_age_off_counts_only() -> None:
+    parsed = parse_queuescaler(rule(sources=[{**AZURE, "oldestAge": "off"}])).spec.sources[0]
+    assert isinstance(parsed, AzureQueueSource)
+    assert parsed.oldest_age == "off"
 
 
 def test_field_error_str() -> None:

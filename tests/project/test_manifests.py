@@ -55,7 +55,7 @@ EVERY_FIELD: dict[str, Any] = {
         "sources": [{"type": "azure-queue", "weight": 1, "queueName": "orders", "connectionSecretRef": secret_ref(),
                      "accountName": "store", "accountKeySecretRef": secret_ref(), "sasSecretRef": secret_ref(),
                      "identity": "workload", "cloud": "public", "endpoint": "https://example.test",
-                     "countStrategy": "visible"},
+                     "countStrategy": "visible", "oldestAge": "off"},
                     {"type": "redis-list", "listName": "jobs", "streamName": "events", "consumerGroup": "workers",
                      "streamCount": "pendingAndLag", "host": "redis", "port": 6379, "db": 0, "username": "scaler",
                      "passwordSecretRef": secret_ref(), "urlSecretRef": secret_ref(), "tls": True},
@@ -91,7 +91,7 @@ EVERY_FIELD: dict[str, Any] = {
 VALID: dict[str, Any] = copy.deepcopy(EVERY_FIELD)
 VALID["spec"]["sources"] = [
     {"type": "azure-queue", "weight": 1, "queueName": "orders", "connectionSecretRef": secret_ref(),
-     "countStrategy": "visible"},
+     "countStrategy": "visible", "oldestAge": "peek"},
     {"type": "redis-list", "listName": "jobs", "host": "redis", "port": 6379, "db": 0},
     {"type": "sql-table", "table": "jobs", "dueColumn": "run_at", "host": "db", "port": 5432, "database": "shop",
      "user": "scaler", "statementTimeout": "5s"},
@@ -295,6 +295,8 @@ STRING_PROBES = [
     ("spec.sources[0].connectionSecretRef.key", "conn string", False),
     ("spec.sources[0].connectionSecretRef.key", "connection-string", True),
     ("spec.sources[0].countStrategy", "exact", False),
+    ("spec.sources[0].oldestAge", "off", True),
+    ("spec.sources[0].oldestAge", "bogus", False),
     ("spec.sources[0].type", "sqs", False),
     ("spec.sources[1].host", "redis.shop.svc", True),
     ("spec.sources[1].host", "bad host", False),

@@ -1,7 +1,15 @@
 """The Azure poller on the operator's own HTTP client (`polling_client`): it reads and fails as the queue service
-says against a real Azurite, and it goes through a proxy from the environment wherever one applies."""
+says against a real Azurite and the capacity benchmark's queue server, and it goes through a proxy from the
+environment wherever one applies."""
 
 from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -13,12 +21,12 @@ from controller.model.sources.azure_queue import AzureQueueSource
 from controller.net.http import polling_client
 from controller.sources.azure_queue import AzureQueuePoller
 from controller.sources.base import SourceContext
-from tests.azurite import Azurite
+from tests.azure_answers import queue_of
+from tests.azurite import ROOT, Azurite
 from tests.helpers import DictSecrets, add_traffic, key_secrets, key_source, new_queue, unique_queue
-from tests.loopback import LoopbackServer, Reply, always
+from tests.loopback import LoopbackServer
 
 OTHER_KEY = "b3RoZXIta2V5LW5vdC10aGUtcmlnaHQtb25lLWF0LWFsbC0wMTIzNDU2Nzg5YWJjZGVm"
-COUNT_5 = Reply(200, {"x-ms-approximate-messages-count": "5"})
 
 
 async def poll(spec: AzureQueueSource, secrets: SecretResolver) -> SourceReading:
@@ -32,7 +40,9 @@ async def test_the_operators_client_counts_what_the_queue_holds(azurite: Azurite
     queue = new_queue(azurite)
     add_traffic(queue, visible=3, dequeued=2)
     spec = key_source(azurite, queue.queue_name, count_strategy=strategy)
-    assert await poll(spec, key_secrets(azurite)) == SourceReading.of(5 if strategy == "approximate" else 3)
+    reading = await poll(spec, key_secrets(azurite))
+    assert (reading.count, reading.error, reading.note) == (5 if strategy == "approximate" else 3, None, "")
+    assert reading.oldest_age is not None and 0.0 <= reading.oldest_age < 5.0  # put just now
 
 
 async def test_a_rejected_key_fails_with_azures_code_and_without_the_key(azurite: Azurite) -> None:
@@ -57,7 +67,7 @@ SAS = DictSecrets({("sas", "token"): "sv=2025-11-05&sp=r&sig=c2lnbmF0dXJl"})
 
 async def test_a_proxy_for_the_endpoint_takes_the_poll_and_no_proxy_takes_it_direct(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    with LoopbackServer(always(COUNT_5)) as proxy, LoopbackServer(always(COUNT_5)) as queue_service:
+    with LoopbackServer(queue_of(5, waited=4.0)) as proxy, LoopbackServer(queue_of(5, waited=4.0)) as queue_service:
         spec = sas_spec(queue_service)
         for name in ("http_proxy", "https_proxy", "no_proxy", "NO_PROXY"):
             monkeypatch.delenv(name, raising=False)
@@ -68,13 +78,52 @@ async def test_a_proxy_for_the_endpoint_takes_the_poll_and_no_proxy_takes_it_dir
         monkeypatch.setenv("NO_PROXY", "127.0.0.1")
         async with polling_client(timeout=5.0) as http:
             direct = await AzureQueuePoller(spec, SourceContext(http, SAS)).poll(5.0)
-    assert proxied == direct == SourceReading.of(5)
-    [through_proxy] = proxy.requests
+    for reading in (proxied, direct):
+        assert (reading.count, reading.error, reading.note) == (5, None, "")
+        assert reading.oldest_age is not None and 3.0 <= reading.oldest_age <= 6.0
+    [through_proxy, peek_through_proxy] = proxy.requests
     assert through_proxy.path.startswith(f"{queue_service.url}/acct/orders?comp=metadata&sv=")  # absolute form
-    [straight] = queue_service.requests
+    assert peek_through_proxy.path.startswith(
+        f"{queue_service.url}/acct/orders/messages?peekonly=true&numofmessages=1&sv=")
+    [straight, peek] = queue_service.requests
     assert straight.path.startswith("/acct/orders?comp=metadata&sv=")
-    for request in (through_proxy, straight):
+    assert peek.path.startswith("/acct/orders/messages?peekonly=true&numofmessages=1&sv=")
+    for request in (through_proxy, straight, peek):
         # The poller's headers and its User-Agent; nothing signed is added (no Content-Type, no Content-Length).
         assert {"host", "x-ms-date", "x-ms-version", "user-agent"} <= set(request.headers)
         assert not {"content-type", "content-length", "authorization"} & set(request.headers)
         assert request.headers["user-agent"] == f"queuescale/{__version__}"
+
+
+@pytest.fixture
+def capacity_queue_server(tmp_path: Path) -> Iterator[str]:
+    """benchmarks/capacity.py's fast queue server, in a process of its own as the benchmark runs it."""
+    port_file = tmp_path / "queue-port"
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "_queues", str(port_file)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 10
+        while not (port_file.exists() and port_file.read_text().strip()):
+            assert time.monotonic() < deadline, "the capacity benchmark's queue server did not start"
+            time.sleep(0.05)
+        yield f"http://127.0.0.1:{port_file.read_text().strip()}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+
+
+async def test_the_capacity_benchmarks_queue_server_answers_the_default_poll_count_and_peek(
+        capacity_queue_server: str) -> None:
+    # The benchmark measures what the operator really sends by default: the count, then the front message's peek.
+    from benchmarks.capacity import DEV_KEY, FRONT_MESSAGE_WAITED, STEADY_COUNT
+
+    spec = AzureQueueSource(type="azure-queue", queue_name="q00000", account_name="devstoreaccount1",
+                            endpoint=f"{capacity_queue_server}/devstoreaccount1",
+                            account_key_secret_ref=SecretKeyRef("storage", "account-key"))
+    reading = await poll(spec, DictSecrets({("storage", "account-key"): DEV_KEY}))
+    assert (reading.count, reading.error, reading.note) == (STEADY_COUNT, None, "")
+    assert reading.oldest_age is not None
+    assert FRONT_MESSAGE_WAITED <= reading.oldest_age <= FRONT_MESSAGE_WAITED + 1  # whole seconds of HTTP dates

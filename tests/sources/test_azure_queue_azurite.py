@@ -1,8 +1,12 @@
-"""The azure-queue poller against a real Azurite: counts, every way to authenticate, errors, an outage."""
+"""The azure-queue poller against a real Azurite: counts, the oldest message's age, every way to authenticate,
+errors, an outage."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from azure.storage.queue import (
     AccountSasPermissions,
@@ -13,7 +17,10 @@ from azure.storage.queue import (
 )
 
 from controller.model.fields import SecretKeyRef
+from controller.model.readings import SourceReading
+from controller.model.secrets import SecretResolver
 from controller.model.sources.azure_queue import AzureQueueSource
+from controller.net.http import Answer, Fetch
 from controller.sources import build_source
 from controller.sources.azure_queue import VISIBLE_UNKNOWN_NOTE, AzureQueuePoller
 from controller.sources.base import SourceContext
@@ -46,6 +53,27 @@ def sas_source(azurite: Azurite, queue: str, **fields: object) -> AzureQueueSour
         type="azure-queue", queue_name=queue, account_name=azurite.account, endpoint=azurite.endpoint,
         sas_secret_ref=SecretKeyRef("sas", "token"), **fields,  # type: ignore[arg-type]
     )
+
+
+class CountingFetch:
+    """The test's real HTTP client, with a record of the paths it was asked for (not the query: it holds the SAS)."""
+
+    def __init__(self, http: Fetch) -> None:
+        self.http = http
+        self.paths: list[str] = []
+
+    async def fetch(self, method: str, url: str, *, headers: Mapping[str, str] | None = None,
+                    body: bytes | None = None, timeout: float | None = None) -> Answer:
+        self.paths.append(urlsplit(url).path.rsplit("/", 1)[-1])  # "messages" for a peek, else the queue
+        return await self.http.fetch(method, url, headers=headers, body=body, timeout=timeout)
+
+
+async def poll_counting(spec: AzureQueueSource, secrets: SecretResolver) -> tuple[SourceReading, list[str]]:
+    """One poll, and the calls it made: the queue's name for Get Queue Metadata, "messages" for Peek Messages."""
+    async with http_client() as http:
+        counting = CountingFetch(http)
+        reading = await AzureQueuePoller(spec, SourceContext(counting, secrets)).poll(5.0)
+    return reading, counting.paths
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -84,6 +112,7 @@ async def test_visible_count_of_32_or_more_falls_back_to_the_approximate_count_w
     approximate = await poll_once(key_source(azurite, queue.queue_name), key_secrets(azurite))
     assert visible.count == approximate.count == 45
     assert visible.note == VISIBLE_UNKNOWN_NOTE
+    assert visible.oldest_age is not None and approximate.oldest_age is not None
     assert "32 or more" in visible.note
 
 
@@ -102,6 +131,79 @@ async def test_the_registry_builds_the_azure_poller(azurite: Azurite) -> None:
         assert isinstance(source, AzureQueuePoller)
         assert (await source.poll(5.0)).count == 2
         await source.aclose()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The oldest message's age
+
+
+async def test_the_front_messages_age_is_how_long_it_has_waited(azurite: Azurite) -> None:
+    queue = new_queue(azurite)
+    put = time.time()
+    queue.send_message("the oldest")
+    await asyncio.sleep(2.0)
+    queue.send_message("a newer one")
+    reading, calls = await poll_counting(key_source(azurite, queue.queue_name), key_secrets(azurite))
+    waited = time.time() - put
+    assert (reading.count, reading.error, reading.note) == (2, None, "")
+    assert reading.oldest_age is not None and 1.0 <= reading.oldest_age <= waited + 1.0  # HTTP dates: whole seconds
+    assert calls == [queue.queue_name, "messages"]
+
+
+async def test_visible_count_reads_the_age_from_its_own_peek(azurite: Azurite) -> None:
+    queue = new_queue(azurite)
+    put = time.time()
+    add_traffic(queue, visible=3, dequeued=1)
+    await asyncio.sleep(2.0)
+    reading, calls = await poll_counting(key_source(azurite, queue.queue_name, count_strategy="visible"),
+                                         key_secrets(azurite))
+    assert (reading.count, reading.error, reading.note) == (3, None, "")
+    assert reading.oldest_age is not None and 1.0 <= reading.oldest_age <= time.time() - put + 1.0
+    assert calls == ["messages"]
+
+
+async def test_an_empty_queue_has_waited_nothing_and_is_not_peeked(azurite: Azurite) -> None:
+    queue = new_queue(azurite)
+    reading, calls = await poll_counting(key_source(azurite, queue.queue_name), key_secrets(azurite))
+    assert (reading.count, reading.oldest_age, reading.note) == (0, 0.0, "")
+    assert calls == [queue.queue_name]
+
+
+async def test_messages_all_in_flight_or_delayed_have_no_waiting_front_message(azurite: Azurite) -> None:
+    queue = new_queue(azurite)
+    add_traffic(queue, dequeued=3, delayed=2)
+    reading, calls = await poll_counting(key_source(azurite, queue.queue_name), key_secrets(azurite))
+    assert (reading.count, reading.oldest_age, reading.note) == (5, 0.0, "")
+    assert calls == [queue.queue_name, "messages"]  # the peek found none visible
+
+
+async def test_oldest_age_off_counts_with_one_call_and_says_no_age(azurite: Azurite) -> None:
+    queue = new_queue(azurite)
+    add_traffic(queue, visible=2)
+    for strategy in ("approximate", "visible"):
+        spec = key_source(azurite, queue.queue_name, count_strategy=strategy, oldest_age="off")
+        reading, calls = await poll_counting(spec, key_secrets(azurite))
+        assert (reading.count, reading.oldest_age, reading.note) == (2, None, "")
+        assert len(calls) == 1
+
+
+async def test_an_account_sas_without_object_access_counts_and_says_why_there_is_no_age(azurite: Azurite) -> None:
+    queue = new_queue(azurite)
+    add_traffic(queue, visible=4)
+    container_only = generate_account_sas(azurite.account, azurite.key, resource_types=ResourceTypes(container=True),
+                                          permission=AccountSasPermissions(read=True), expiry=in_one_hour())
+    reading = await poll_once(sas_source(azurite, queue.queue_name), DictSecrets({("sas", "token"): container_only}))
+    assert (reading.count, reading.error, reading.oldest_age) == (4, None, None)
+    assert reading.note == (
+        "oldest message's age unknown: the account SAS for 'devstoreaccount1' may count but not peek at messages "
+        "(AuthorizationResourceTypeMismatch): the age needs object access, so issue it with srt=co (o to peek, c to "
+        "count), or set oldestAge: off: check the Secret 'sas' key 'token'")
+    with_objects = generate_account_sas(azurite.account, azurite.key,
+                                        resource_types=ResourceTypes(container=True, object=True),
+                                        permission=AccountSasPermissions(read=True), expiry=in_one_hour())
+    reading = await poll_once(sas_source(azurite, queue.queue_name), DictSecrets({("sas", "token"): with_objects}))
+    assert (reading.count, reading.note) == (4, "")
+    assert reading.oldest_age is not None
 
 
 # --------------------------------------------------------------------------------------------------------------

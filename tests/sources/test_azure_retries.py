@@ -1,4 +1,5 @@
-"""Retries: transient answers are retried with back-off inside the budget; permanent ones fail at once."""
+"""Retries: transient answers are retried with back-off inside the budget; permanent ones fail at once. The peek for
+the oldest message's age is retried the same way, and never fails the count."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import threading
 from controller.model.fields import SecretKeyRef
 from controller.model.sources.azure_queue import AzureQueueSource
 from controller.sources.retries import RetryPolicy
+from tests.azure_answers import error, is_peek, metadata, queue_of
 from tests.helpers import DictSecrets, poll_once, timed_poll
 from tests.loopback import LoopbackServer, Recorded, Reply, always
 
@@ -23,26 +25,27 @@ def source(server: LoopbackServer) -> AzureQueueSource:
 
 
 class FailFirst:
-    """Answers `reply` `times` times, then the count."""
+    """Answers `reply` `times` times, then as a queue of 7 whose front message waited 5 s."""
 
     def __init__(self, times: int, reply: Reply) -> None:
         self.left = times
         self.reply = reply
         self.lock = threading.Lock()
+        self.queue = queue_of(7, waited=5.0)
 
-    def __call__(self, _request: Recorded) -> Reply:
+    def __call__(self, request: Recorded) -> Reply:
         with self.lock:
             if self.left > 0:
                 self.left -= 1
                 return self.reply
-        return COUNT_7
+        return self.queue(request)
 
 
 async def test_server_busy_three_times_then_the_count() -> None:
     with LoopbackServer(FailFirst(3, BUSY)) as server:
         reading = await poll_once(source(server), SAS, retry=FAST)
     assert (reading.count, reading.error) == (7, None)
-    assert len(server.requests) == 4
+    assert [is_peek(r) for r in server.requests] == [False] * 4 + [True]  # 3 busy, the count, then the age's peek
     assert all("sig=c2lnbmF0dXJl" in r.path for r in server.requests)
 
 
@@ -51,7 +54,7 @@ async def test_internal_error_code_comes_from_the_xml_body_and_is_retried() -> N
     with LoopbackServer(FailFirst(2, Reply(500, {}, body))) as server:
         reading = await poll_once(source(server), SAS, retry=FAST)
     assert reading.count == 7
-    assert len(server.requests) == 3
+    assert len([r for r in server.requests if not is_peek(r)]) == 3
 
 
 async def test_the_budget_caps_a_poll_that_keeps_getting_server_busy() -> None:
@@ -127,3 +130,55 @@ async def test_an_unsupported_service_version_fails_at_once_and_says_so() -> Non
     assert "not in the correct format." in reading.error.message
     assert "RequestId" not in reading.error.message
     assert len(server.requests) == 1
+
+
+class BusyPeeks:
+    """A queue of 7 whose Peek Messages answers 503 `times` times (every time: None), then its front message."""
+
+    def __init__(self, times: int | None) -> None:
+        self.left = times
+        self.lock = threading.Lock()
+        self.queue = queue_of(7, waited=5.0)
+
+    def __call__(self, request: Recorded) -> Reply:
+        if not is_peek(request):
+            return metadata(7)
+        with self.lock:
+            if self.left is None or self.left > 0:
+                self.left = None if self.left is None else self.left - 1
+                return error(503, "ServerBusy", "The server is busy.")
+        return self.queue(request)
+
+
+async def test_a_peek_answered_busy_is_retried_and_gives_the_age() -> None:
+    with LoopbackServer(BusyPeeks(2)) as server:
+        reading = await poll_once(source(server), SAS, retry=FAST)
+    assert (reading.count, reading.error, reading.note) == (7, None, "")
+    assert reading.oldest_age is not None and 4.0 <= reading.oldest_age <= 7.0
+    assert [is_peek(r) for r in server.requests] == [False, True, True, True]
+    assert all("numofmessages=1&" in r.path for r in server.requests if is_peek(r))  # never 32 just for an age
+
+
+async def test_a_peek_that_keeps_failing_leaves_the_count_and_keeps_to_the_budget() -> None:
+    slow = RetryPolicy(request_timeout=1.0, first_delay=0.1, max_delay=0.4, max_attempts=100)
+    with LoopbackServer(BusyPeeks(None)) as server:
+        reading, elapsed = await timed_poll(source(server), SAS, budget=1.0, retry=slow)
+    assert elapsed <= 1.0
+    assert (reading.count, reading.error, reading.oldest_age) == (7, None, None)
+    peeks = sum(is_peek(r) for r in server.requests)
+    assert peeks >= 2
+    assert reading.note.startswith("oldest message's age unknown: Peek Messages failed (ServerBusy): ")
+    assert f"gave up after {peeks} attempts" in reading.note
+    assert "sig=" not in reading.note
+
+
+async def test_a_peek_without_a_message_list_leaves_the_count_and_says_so() -> None:
+    def answer(request: Recorded) -> Reply:
+        return Reply(200, {}, b"<html>a captive portal</html>") if is_peek(request) else metadata(7)
+
+    with LoopbackServer(answer) as server:
+        reading = await poll_once(source(server), SAS, retry=FAST)
+    assert (reading.count, reading.error, reading.oldest_age) == (7, None, None)
+    assert reading.note == ("oldest message's age unknown: Peek Messages on queue 'orders' in account 'acct' "
+                            "answered with no message list (InvalidResponse)")
+    assert len(server.requests) == 2  # a 200 is not retried

@@ -9,6 +9,7 @@ from controller.model.sources.azure_queue import AzureQueueSource
 from controller.sources.azure_auth import JWT_BEARER, STORAGE_SCOPE
 from controller.sources.azure_queue import AzureQueuePoller
 from controller.sources.base import SourceContext
+from tests.azure_answers import queue_of
 from tests.helpers import DictSecrets, poll_once
 from tests.loopback import LoopbackServer, Recorded, Reply
 from tests.transports import http_client
@@ -19,23 +20,26 @@ TOKEN_ROUTE = f"/{TENANT}/oauth2/v2.0/token"
 
 
 class FakeIdentityPlatform:
-    """Issues token-1, token-2, ... and serves a queue of 9 messages to whoever shows the latest token."""
+    """Issues token-1, token-2, ... and serves a queue of 9 messages (its count, and its front message to a peek) to
+    whoever shows the latest token."""
 
     def __init__(self, expires_in: int = 3600) -> None:
         self.expires_in = expires_in
         self.issued = 0
         self.queue_status = 200
         self.queue_code = ""
+        self.queue = queue_of(9, waited=2.0)
 
     def __call__(self, request: Recorded) -> Reply:
         if request.method == "POST" and request.route == TOKEN_ROUTE:
             self.issued += 1
             body = {"access_token": f"token-{self.issued}", "expires_in": self.expires_in, "token_type": "Bearer"}
             return Reply(200, {"Content-Type": "application/json"}, json.dumps(body).encode())
-        if request.route == "/acct/orders" and request.headers.get("authorization") == f"Bearer token-{self.issued}":
+        if (request.route in ("/acct/orders", "/acct/orders/messages")
+                and request.headers.get("authorization") == f"Bearer token-{self.issued}"):
             if self.queue_status != 200:
                 return Reply(self.queue_status, {"x-ms-error-code": self.queue_code})
-            return Reply(200, {"x-ms-approximate-messages-count": "9"})
+            return self.queue(request)
         return Reply(401, {"x-ms-error-code": "InvalidAuthenticationInfo"})
 
 
@@ -68,7 +72,8 @@ async def test_exchange_sends_the_federated_token_caches_the_result_and_rereads_
             poller = AzureQueuePoller(identity_source(server), context, environ=environment(server, token_file))
 
             first = await poller.poll(5.0)
-            assert (first.count, first.error) == (9, None)
+            assert (first.count, first.error, first.note) == (9, None, "")
+            assert first.oldest_age is not None and 1.0 <= first.oldest_age <= 4.0  # the peek took the same token
             posts = token_posts(server)
             assert len(posts) == 1
             assert posts[0].form == {

@@ -18,7 +18,7 @@ from kubernetes import client as kube_client
 
 from tests.fakekube.server import FakeKube
 from tests.faults import OLD_SIG, FakeQueueService, start_rule, watch_replicas
-from tests.operator_harness import NS, Operator, condition, events, replicas, wait_for
+from tests.operator_harness import NS, Operator, condition, events, replicas, status, wait_for
 from tests.transports import http_client
 
 NEW_SIG = "newsig0after0rotation0BBBBBBBBBB"
@@ -64,6 +64,25 @@ def test_a_storm_of_server_busy_holds_replicas_and_says_so(
     queues.set(mode="ok", counts={"busy": 0})
     wait_for("Ready again", lambda: condition(kube, "busy", "Ready").get("status") == "True", timeout=20)
     wait_for("scale-in once the queue answers empty", lambda: replicas(kube, "busy") == 0, timeout=20)
+
+
+def test_a_busy_peek_leaves_the_count_to_scale_on_and_only_the_age_missing(
+    kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator], queues: FakeQueueService,
+) -> None:
+    queues.set(peek_mode="busy", waited=7.0)  # Peek Messages alone answers 503 ServerBusy
+    start_rule(api, queues, "peeky", count=40, replicas_now=1)
+    operator = operators()
+    wait_for("4 replicas from the count alone", lambda: replicas(kube, "peeky") == 4)
+    wait_for("Ready=True", lambda: condition(kube, "peeky", "Ready").get("status") == "True", timeout=10)
+    [source] = status(kube, "peeky")["sources"]
+    assert source["count"] == 40 and "error" not in source
+    assert source["note"].startswith("oldest message's age unknown: Peek Messages failed (ServerBusy)")
+    age = 'queuescale_oldest_message_age_seconds{namespace="shop",queue="peeky",rule="peeky"'
+    assert age not in operator.metrics()
+
+    queues.set(peek_mode="ok")
+    wait_for("the age once the peek answers", lambda: age in operator.metrics(), timeout=20)
+    assert 7.0 <= metric(operator, age) <= 9.0
 
 
 def test_a_slow_queue_times_out_and_holds_replicas(

@@ -163,9 +163,9 @@ async def claim(conn: asyncpg.Connection, table: str, n: int, worker: str) -> li
 
 
 async def test_counts_due_unclaimed_rows_and_the_oldest_ones_age(postgres_server: PostgresServer, jobs: str) -> None:
-    reading, poller = await poll(source(postgres_server, jobs))
+    reading, _ = await poll(source(postgres_server, jobs))
     assert reading.count == 10  # the 5 rows due in an hour are not counted
-    assert poller.oldest_age is not None and 39 <= poller.oldest_age < 60
+    assert reading.oldest_age is not None and 39 <= reading.oldest_age < 60
     assert reading.note.startswith("oldest due row waited 4")
 
     worker = await admin(postgres_server)
@@ -176,6 +176,16 @@ async def test_counts_due_unclaimed_rows_and_the_oldest_ones_age(postgres_server
     assert (await poll(source(postgres_server, jobs)))[0].count == 7
 
 
+async def test_with_no_row_due_none_has_waited(postgres_server: PostgresServer, jobs: str) -> None:
+    worker = await admin(postgres_server)
+    try:
+        assert len(await claim(worker, jobs, 10, "w1")) == 10  # every due row taken; 5 are due in an hour
+    finally:
+        await worker.close()
+    reading, _ = await poll(source(postgres_server, jobs))
+    assert (reading.count, reading.oldest_age, reading.note) == (0, 0.0, "")
+
+
 async def test_a_status_column_with_an_unclaimed_value(postgres_server: PostgresServer, jobs: str) -> None:
     conn = await admin(postgres_server)
     try:
@@ -183,8 +193,8 @@ async def test_a_status_column_with_an_unclaimed_value(postgres_server: Postgres
     finally:
         await conn.close()
     spec = source(postgres_server, jobs, claim_column="status", unclaimed_value="pending", due_column=None)
-    reading, poller = await poll(spec)
-    assert (reading.count, poller.oldest_age, reading.note) == (11, None, "")  # 15 rows, 4 done; no due column
+    reading, _ = await poll(spec)
+    assert (reading.count, reading.oldest_age, reading.note) == (11, None, "")  # 15 rows, 4 done; no due column
     extra = source(postgres_server, jobs, claim_column="status", unclaimed_value="pending", where="run_at <= now()")
     assert (await poll(extra))[0].count == 6
 
@@ -210,8 +220,8 @@ async def test_a_custom_select_runs_read_only(postgres_server: PostgresServer, j
     spec = SqlTableSource(type="sql-table", query=f"SELECT count(*), 12.5 FROM {jobs} WHERE claimed_by IS NULL;",
                           host="127.0.0.1", port=postgres_server.port, database="postgres", user="postgres",
                           password_secret_ref=PASSWORD, ssl_mode="disable")
-    reading, poller = await poll(spec, secrets(PG_SUPERUSER_PASSWORD))
-    assert (reading.count, poller.oldest_age) == (15, 12.5)
+    reading, _ = await poll(spec, secrets(PG_SUPERUSER_PASSWORD))
+    assert (reading.count, reading.oldest_age) == (15, 12.5)
     # Even a query that gets past validation cannot write: the transaction is READ ONLY.
     writer = SqlTableSource(type="sql-table", query=f"SELECT count(*) FROM (SELECT nextval('{jobs}_id_seq')) s",
                             host="127.0.0.1", port=postgres_server.port, database="postgres", user="postgres",

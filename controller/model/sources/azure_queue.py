@@ -14,6 +14,7 @@ TYPE = "azure-queue"
 
 Cloud = Literal["public", "china", "usgov"]
 CountStrategy = Literal["approximate", "visible"]
+OldestAge = Literal["peek", "off"]
 
 
 CLOUD_SUFFIXES: dict[Cloud, str] = {
@@ -36,6 +37,7 @@ class AzureQueueSource(SourceSpec):
     cloud: Cloud = "public"
     endpoint: str | None = None
     count_strategy: CountStrategy = "approximate"
+    oldest_age: OldestAge = "peek"
 
     @property
     def queue_label(self) -> str:
@@ -69,9 +71,14 @@ COUNT_STRATEGY: Choice[CountStrategy] = Choice(
     "countStrategy", choices=get_args(CountStrategy), default=AzureQueueSource.count_strategy,
     description="approximate (the default) or visible.",
     doc="`approximate`: Azure's count, in-flight messages included; `visible`: exact below 32 visible messages")
+OLDEST_AGE: Choice[OldestAge] = Choice(
+    "oldestAge", choices=get_args(OldestAge), default=AzureQueueSource.oldest_age,
+    description="peek (the default) or off.",
+    doc="`peek`: after the count, Peek Messages reads the front message's InsertionTime, so the policy can compare "
+        "real waits with what it expects (one more call per poll when the queue is not empty); `off`: count only")
 
 DECLARED = KindFields(TYPE, fields=(
-    QUEUE_NAME, CONNECTION, ACCOUNT_NAME, ACCOUNT_KEY, SAS, IDENTITY, CLOUD, ENDPOINT, COUNT_STRATEGY,
+    QUEUE_NAME, CONNECTION, ACCOUNT_NAME, ACCOUNT_KEY, SAS, IDENTITY, CLOUD, ENDPOINT, COUNT_STRATEGY, OLDEST_AGE,
 ), rules=(
     Rule("self.type != 'azure-queue' || has(self.queueName)", "queueName is required", ".queueName"),
     Rule("self.type != 'azure-queue' || [has(self.connectionSecretRef), has(self.accountKeySecretRef), "
@@ -97,6 +104,7 @@ def parse(f: Fields, weight: float) -> AzureQueueSource:
     cloud = f.choice(CLOUD)
     endpoint = f.optional_string(ENDPOINT)
     strategy = f.choice(COUNT_STRATEGY)
+    oldest_age = f.choice(OLDEST_AGE)
 
     ways = [name for name, given in (
         ("connectionSecretRef", connection is not None),
@@ -129,6 +137,7 @@ def parse(f: Fields, weight: float) -> AzureQueueSource:
         cloud=cloud,
         endpoint=endpoint.rstrip("/") if endpoint else None,
         count_strategy=strategy,
+        oldest_age=oldest_age,
     )
 
 
