@@ -8,7 +8,9 @@ With `countStrategy: visible` it first peeks up to 32 messages: fewer than 32 is
 With `oldestAge: peek` (the default) the reading also says how long the front message has waited: the answer's
 `Date` (the service's clock, so ours may be off) minus the message's `InsertionTime`. When the count is above 0 that
 takes one Peek Messages call of one message (never 32: a message may be 64 KiB); `countStrategy: visible` reads it
-from its own peek. The age is a refinement: a peek that fails leaves the count standing, with no age and a note.
+from its own peek (the earliest of the messages never delivered). A front message delivered before (DequeueCount
+above 0) gives no age: its age counts a worker's time too. The age is a refinement: a peek that fails leaves the
+count standing, with no age and a note.
 
 Transient failures (503 ServerBusy, 500, 408, timeouts, refused connections) are retried with exponential
 back-off and jitter inside the poll's budget (`retries.with_retries`); permanent ones (403, 404, 400) fail at
@@ -102,6 +104,7 @@ class _Peeked:
 
     count: int
     earliest_insertion: float | None  # epoch seconds; None when a message's InsertionTime is missing or unreadable
+    delivered_before: bool = False  # every message peeked was delivered before: none of them has only waited
 
 
 class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
@@ -210,6 +213,10 @@ class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
         """Seconds the earliest peeked message has waited, by the service's clock (ours only when it sent none)."""
         if peeked.count == 0:
             return 0.0, ""  # every message is in flight or delayed: none waits
+        if peeked.delivered_before:
+            # Back after a worker failed or outlasted the visibility timeout: its age counts a worker's time as
+            # well as waits, and would read as slow replicas. No age, and no note: this is the queue working.
+            return None, ""
         if peeked.earliest_insertion is None:
             return None, (f"oldest message's age unknown: Peek Messages on {self._where(access)} answered without "
                           "a readable InsertionTime (InvalidResponse)")
@@ -432,10 +439,14 @@ def _read_peek(body: bytes) -> _Peeked | None:
         return None
     if root.tag != "QueueMessagesList":
         return None
-    inserted = [_http_time(message.findtext("InsertionTime")) for message in root if message.tag == "QueueMessage"]
-    readable = [moment for moment in inserted if moment is not None]
-    earliest = min(readable) if readable and len(readable) == len(inserted) else None
-    return _Peeked(len(inserted), earliest)
+    messages = [message for message in root if message.tag == "QueueMessage"]
+    inserted = [_http_time(message.findtext("InsertionTime")) for message in messages]
+    if not messages or None in inserted:
+        return _Peeked(len(messages), None)
+    # Only messages never delivered have done nothing but wait since they were put.
+    waiting = [moment for message, moment in zip(messages, inserted, strict=True)
+               if (message.findtext("DequeueCount") or "0").strip() == "0" and moment is not None]
+    return _Peeked(len(messages), min(waiting) if waiting else None, delivered_before=not waiting)
 
 
 def _http_time(value: str | None) -> float | None:

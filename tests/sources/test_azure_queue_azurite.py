@@ -177,6 +177,23 @@ async def test_messages_all_in_flight_or_delayed_have_no_waiting_front_message(a
     assert calls == [queue.queue_name, "messages"]  # the peek found none visible
 
 
+async def test_a_front_message_delivered_before_gives_no_age(azurite: Azurite) -> None:
+    # Received with a one-second visibility timeout and never deleted (a worker that failed): it is back at the
+    # front with DequeueCount 1, and its age would count the worker's time as a wait.
+    queue = new_queue(azurite)
+    queue.send_message("failed once")
+    received = next(iter(queue.receive_messages(visibility_timeout=1)))
+    assert received.dequeue_count == 1
+    await asyncio.sleep(2.0)
+    reading, calls = await poll_counting(key_source(azurite, queue.queue_name), key_secrets(azurite))
+    assert (reading.count, reading.error, reading.oldest_age, reading.note) == (1, None, None, "")
+    assert calls == [queue.queue_name, "messages"]
+    queue.send_message("never delivered")
+    reading = await poll_once(key_source(azurite, queue.queue_name, count_strategy="visible"), key_secrets(azurite))
+    # Its own peek of up to 32 sees the second one, which has only waited.
+    assert reading.count == 2 and reading.oldest_age is not None and reading.oldest_age < 2.0
+
+
 async def test_oldest_age_off_counts_with_one_call_and_says_no_age(azurite: Azurite) -> None:
     queue = new_queue(azurite)
     add_traffic(queue, visible=2)
