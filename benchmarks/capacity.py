@@ -135,7 +135,8 @@ async def _serve_queues(port_file: Path, moving: bool) -> None:
 # ---------------------------------------------------------------------------------------------- fake API server
 
 
-def _rule(i: int, queue_endpoint: str) -> dict[str, Any]:
+def _rule(i: int, queue_endpoint: str, oldest_age: str = "auto") -> dict[str, Any]:
+    """A count-mode rule: with the default `oldestAge: auto` its source makes one call per poll."""
     del queue_endpoint
     return {
         "apiVersion": "queuescale.io/v1alpha1", "kind": "QueueScaler",
@@ -143,7 +144,7 @@ def _rule(i: int, queue_endpoint: str) -> dict[str, Any]:
         "spec": {
             "scaleTargetRef": {"name": f"w{i}"}, "minReplicas": 0, "maxReplicas": 20, "pollingInterval": "10s",
             "sources": [{"type": "azure-queue", "queueName": f"q{i:05d}",
-                         "connectionSecretRef": {"name": "queue", "key": "connection"}}],
+                         "connectionSecretRef": {"name": "queue", "key": "connection"}, "oldestAge": oldest_age}],
             "policy": {"targetPerReplica": TARGET_PER_REPLICA, "tolerance": 0},
         },
     }
@@ -159,7 +160,7 @@ def _deployment(i: int) -> dict[str, Any]:
     }
 
 
-def _serve_fake(rules: int, queue_endpoint: str, kubeconfig: Path) -> None:
+def _serve_fake(rules: int, queue_endpoint: str, kubeconfig: Path, oldest_age: str) -> None:
     import threading
 
     import yaml
@@ -179,7 +180,7 @@ def _serve_fake(rules: int, queue_endpoint: str, kubeconfig: Path) -> None:
                  "data": {"connection": base64.b64encode(connection.encode()).decode()}})
     for i in range(rules):
         fake.create(_deployment(i))
-        fake.create(_rule(i, queue_endpoint))
+        fake.create(_rule(i, queue_endpoint, oldest_age))
     fake.start()
     partial = kubeconfig.with_suffix(".partial")
     fake.write_kubeconfig(partial, NS)
@@ -271,9 +272,10 @@ class Run:
     """One N: the three processes, started and stopped together."""
 
     def __init__(self, rules: int, workdir: Path, operator_args: list[str], ready_timeout: float = 180.0,
-                 moving: bool = False) -> None:
+                 moving: bool = False, oldest_age: str = "auto") -> None:
         self.rules = rules
         self.moving = moving
+        self.oldest_age = oldest_age
         self.ready_timeout = ready_timeout
         self.workdir = workdir
         self.operator_args = operator_args
@@ -304,7 +306,8 @@ class Run:
         _wait("the queue server", lambda: port_file.exists() and port_file.read_text().strip() != "", 10)
         queues = f"http://127.0.0.1:{port_file.read_text().strip()}"
         kubeconfig = self.workdir / "kubeconfig"
-        fake = self._spawn([*me, "_fake", str(self.rules), f"{queues}/devstoreaccount1", str(kubeconfig)], "fake.log")
+        fake = self._spawn([*me, "_fake", str(self.rules), f"{queues}/devstoreaccount1", str(kubeconfig),
+                            self.oldest_age], "fake.log")
         _wait("the fake API server", kubeconfig.exists, 600)
         server = _server_of(kubeconfig)
         from tests.azurite import free_port
@@ -538,7 +541,7 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(_serve_queues(Path(args[1]), moving=args[2:] == ["moving"]))
         return 0
     if args and args[0] == "_fake":
-        _serve_fake(int(args[1]), args[2], Path(args[3]))
+        _serve_fake(int(args[1]), args[2], Path(args[3]), args[4] if len(args) > 4 else "auto")
         return 0
     parser = argparse.ArgumentParser(prog="python -m benchmarks.capacity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -552,13 +555,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--moving", action="store_true",
                         help="queue counts change on every poll (5-9: still 1 replica), so every rule has status to "
                              "write each --status-interval; default: steady counts")
+    parser.add_argument("--oldest-age", choices=("auto", "peek", "off"), default="auto",
+                        help="every rule's azure-queue oldestAge; the rules are in count mode, where auto does not "
+                             "peek: `peek` measures two calls per poll (the count, then the front message's age)")
     options = parser.parse_args(args)
     results: list[Figures] = []
     with tempfile.TemporaryDirectory(prefix="queuescale-capacity-") as tmp:
         for rules in options.rules:
             workdir = Path(tmp) / str(rules)
             workdir.mkdir()
-            run = Run(rules, workdir, options.operator_arg, options.ready_timeout, options.moving)
+            run = Run(rules, workdir, options.operator_arg, options.ready_timeout, options.moving,
+                      options.oldest_age)
             try:
                 figures = run.measure(options.seconds, options.warmup)
             finally:

@@ -170,12 +170,9 @@ def learn_from_wait(
 def _learnable(spec: QueueScalerSpec, current: int) -> float | None:
     """The stated throughput when there is something to learn about it: rate mode with its own target, some
     replicas, and queues whose counts add up (a max over queues says nothing of the replicas' speed)."""
-    stated = stated_throughput(spec)
-    if stated is None or spec.policy.target_per_replica is not None or current <= 0 or (
-        len(spec.sources) > 1 and spec.aggregation != "sum"
-    ):
+    if not spec.policy.learns_throughput or current <= 0 or (len(spec.sources) > 1 and spec.aggregation != "sum"):
         return None
-    return stated
+    return stated_throughput(spec)
 
 
 def _remember_bound(spec: QueueScalerSpec, memory: ScalingMemory, stated: float, bound: float) -> ScalingMemory:

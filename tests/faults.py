@@ -66,11 +66,14 @@ def queues() -> Iterator[FakeQueueService]:
 
 
 def start_rule(api: kube_client.ApiClient, queues: FakeQueueService, name: str, count: int, replicas_now: int,
-               **policy: Any) -> None:
+               *, source: dict[str, Any] | None = None, **policy: Any) -> None:
+    """A count-mode rule over the fake queue `name`; `source`: more fields of its azure-queue source."""
     queues.counts[name] = count
     deployment(api, name, replicas_now)
     secret(api, f"{name}-conn", {"connection": queues.connection_string(OLD_SIG)})
-    rule(api, name, name, f"{name}-conn", policy={
+    sources = [{"type": "azure-queue", "queueName": name,
+                "connectionSecretRef": {"name": f"{name}-conn", "key": "connection"}, **(source or {})}]
+    rule(api, name, name, f"{name}-conn", sources=sources, policy={
         "targetPerReplica": 10, "tolerance": 0, "scaleDown": {"stabilizationWindow": 0, "delay": 0}, "scaleToZeroDelay": "2s",
         **policy})
 

@@ -109,6 +109,13 @@ class Policy:
     scale_up: DirectionPolicy = DEFAULT_SCALE_UP
     scale_down: DirectionPolicy = DEFAULT_SCALE_DOWN
 
+    @property
+    def learns_throughput(self) -> bool:
+        """Rate mode with its own target: the policy checks the stated throughput against drains and waits (a
+        `targetPerReplica` keeps KEDA's meaning, a count per replica, and learns nothing)."""
+        return self.target_per_replica is None and (
+            self.service_time is not None or self.throughput_per_replica is not None)
+
 
 @dataclass(frozen=True)
 class Fallback:
@@ -536,14 +543,16 @@ def parse_spec(raw: object, path: str = "spec", errors: list[FieldError] | None 
         if schedule.min_replicas is not None and schedule.min_replicas > max_replicas:
             f.error(f"schedules[{index}].minReplicas",
                     f"must be <= spec maxReplicas ({max_replicas}), got {schedule.min_replicas}")
+    policy = _parse_policy(f.child(POLICY))
     spec = QueueScalerSpec(
         scale_target_ref=target,
         min_replicas=min_replicas,
         max_replicas=max_replicas,
         polling_interval=f.duration(POLLING_INTERVAL),
-        sources=tuple(sources),
+        # What a source reads may depend on the policy (azure-queue peeks for an age only where it is learned from).
+        sources=tuple(source.for_policy(learns_throughput=policy.learns_throughput) for source in sources),
         aggregation=f.choice(AGGREGATION),
-        policy=_parse_policy(f.child(POLICY)),
+        policy=policy,
         fallback=_parse_fallback(f.child(FALLBACK)),
         schedules=tuple(schedules),
         paused=f.boolean(PAUSED),

@@ -59,7 +59,7 @@ def _reports_age(spec: SourceSpec) -> bool:
     azure-queue peeks its front message unless `oldestAge: off`; a job table with a due-time column has its
     oldest due row. A custom SQL query may return an age too, but what it counts is its own: not simulated."""
     if spec.type == "azure-queue":
-        return getattr(spec, "oldest_age", "peek") == "peek"
+        return getattr(spec, "oldest_age", "auto") != "off"
     return spec.type == "sql-table" and getattr(spec, "due_column", None) is not None
 
 

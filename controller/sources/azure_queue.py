@@ -161,7 +161,7 @@ class AzureQueuePoller(Poller[AzureQueueSource, _Access, Answer]):
 
     async def reading(self, settings: _Access, value: Answer, deadline: float) -> SourceReading:
         access = settings
-        wants_age = self._spec.oldest_age == "peek"
+        wants_age = self._spec.oldest_age != "off"
         if self._spec.count_strategy == "visible":
             peeked = _read_peek(value.body)
             if peeked is None:

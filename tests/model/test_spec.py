@@ -85,8 +85,9 @@ def test_minimal_rule_gets_every_default() -> None:
     assert (spec.fallback.failure_threshold, spec.fallback.mode, spec.fallback.replicas) == (3, "hold", None)
     source = spec.sources[0]
     assert isinstance(source, AzureQueueSource)
+    # A count-mode rule learns nothing from waits: `auto` peeks for no age (docs/azure-queue.md).
     assert (source.weight, source.count_strategy, source.cloud, source.oldest_age) == (
-        1.0, "approximate", "public", "peek")
+        1.0, "approximate", "public", "off")
 
 
 def test_full_rule_parses_into_typed_objects() -> None:
@@ -311,7 +312,7 @@ def test_duplicate_schedule_names() -> None:
           "endpoint": "ftp://x"}, 'spec.sources[0].endpoint: must be an http(s) URL with no query, got "ftp://x"'),
         ({**AZURE, "countStrategy": "exact"},
          'spec.sources[0].countStrategy: must be one of approximate, visible, got "exact"'),
-        ({**AZURE, "oldestAge": "bogus"}, 'spec.sources[0].oldestAge: must be one of peek, off, got "bogus"'),
+        ({**AZURE, "oldestAge": "bogus"}, 'spec.sources[0].oldestAge: must be one of auto, peek, off, got "bogus"'),
         ({**AZURE, "connectionSecretRef": {"name": "q"}}, "spec.sources[0].connectionSecretRef.key: is required"),
         ({**AZURE, "queue": "x"}, "spec.sources[0].queue: unknown field"),
     ],
@@ -333,6 +334,21 @@ def test_azure_queue_oldest_age_off_counts_only() -> None:
     parsed = parse_queuescaler(rule(sources=[{**AZURE, "oldestAge": "off"}])).spec.sources[0]
     assert isinstance(parsed, AzureQueueSource)
     assert parsed.oldest_age == "off"
+
+
+def test_azure_queue_peeks_for_an_age_by_default_only_where_the_policy_learns_from_it() -> None:
+    def oldest_age(policy: dict[str, object], **source: object) -> str:
+        parsed = parse_queuescaler(rule(sources=[{**AZURE, **source}], policy=policy)).spec.sources[0]
+        assert isinstance(parsed, AzureQueueSource)
+        return parsed.oldest_age
+
+    rate = {"serviceTime": "2s", "targetWaitSeconds": 60}
+    assert oldest_age(rate) == "peek"
+    assert oldest_age({"throughputPerReplica": 3}) == "peek"
+    assert oldest_age({"targetPerReplica": 10}) == "off"
+    assert oldest_age({**rate, "targetPerReplica": 10}) == "off"  # an explicit target: KEDA's meaning, no learning
+    assert oldest_age({"targetPerReplica": 10}, oldestAge="peek") == "peek"  # for the gauge alone
+    assert oldest_age(rate, oldestAge="off") == "off"
 
 
 def test_field_error_str() -> None:

@@ -151,7 +151,10 @@ async def test_the_sources_that_say_so_report_how_long_the_oldest_waiting_messag
     from controller.simulator.adapters import SimulatedSource
     from controller.simulator.world import World
 
-    rule = parse_queuescaler(yaml.safe_load(RULE))
+    doc = yaml.safe_load(RULE)
+    counting = parse_queuescaler(doc)  # targetPerReplica: the policy learns nothing from waits
+    doc["spec"]["policy"] = {"serviceTime": "100s", "targetWaitSeconds": 60}
+    rule = parse_queuescaler(doc)
     sc = scenario(workers={"startupDelay": 0, "serviceTime": 100, "initialReplicas": 5})
     world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
     clock = VirtualClock(0.0)
@@ -159,6 +162,7 @@ async def test_the_sources_that_say_so_report_how_long_the_oldest_waiting_messag
     due = SimulatedSource(SqlTableSource(type="sql-table", table="jobs", due_column="due_at", host="h",
                                          database="d", user="u"), world, clock)
     others = [SimulatedSource(spec, world, clock) for spec in (
+        counting.spec.sources[0],  # oldestAge: auto peeks for nothing in count mode
         SqlTableSource(type="sql-table", table="jobs", host="h", database="d", user="u"),
         RedisListSource(type="redis-list", list_name="jobs", host="h"),
     )]
@@ -170,7 +174,7 @@ async def test_the_sources_that_say_so_report_how_long_the_oldest_waiting_messag
         world.step(t)
     clock.t = 30
     # Azure peeks the front message, a job table reads its oldest due row; the others do not say.
-    assert [(await s.poll(10)).oldest_age for s in (azure, due, *others)] == [29.0, 29.0, None, None]
+    assert [(await s.poll(10)).oldest_age for s in (azure, due, *others)] == [29.0, 29.0, None, None, None]
 
 
 async def test_a_front_message_delivered_before_gives_no_age() -> None:
@@ -178,7 +182,9 @@ async def test_a_front_message_delivered_before_gives_no_age() -> None:
     from controller.simulator.adapters import SimulatedSource
     from controller.simulator.world import World
 
-    rule = parse_queuescaler(yaml.safe_load(RULE))
+    doc = yaml.safe_load(RULE)
+    doc["spec"]["policy"] = {"serviceTime": "100s", "targetWaitSeconds": 60}
+    rule = parse_queuescaler(doc)
     sc = scenario(workers={"startupDelay": 0, "serviceTime": 100, "initialReplicas": 5})  # visibility 60 s
     world = World(sc.queue, sc.workers, sc.workers.service_time.table(), seed=1, initial_replicas=5)
     clock = VirtualClock(0.0)

@@ -70,7 +70,8 @@ def test_a_busy_peek_leaves_the_count_to_scale_on_and_only_the_age_missing(
     kube: FakeKube, api: kube_client.ApiClient, operators: Callable[..., Operator], queues: FakeQueueService,
 ) -> None:
     queues.set(peek_mode="busy", waited=7.0)  # Peek Messages alone answers 503 ServerBusy
-    start_rule(api, queues, "peeky", count=40, replicas_now=1)
+    # Count mode, so the age is asked for explicitly (`auto` peeks only where the policy learns from it).
+    start_rule(api, queues, "peeky", count=40, replicas_now=1, source={"oldestAge": "peek"})
     operator = operators()
     wait_for("4 replicas from the count alone", lambda: replicas(kube, "peeky") == 4)
     wait_for("Ready=True", lambda: condition(kube, "peeky", "Ready").get("status") == "True", timeout=10)

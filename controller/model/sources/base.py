@@ -21,6 +21,11 @@ class SourceSpec:
         """A short name for the queue, for printer columns, metrics labels and messages."""
         return self.type
 
+    def for_policy(self, *, learns_throughput: bool) -> SourceSpec:  # noqa: ARG002 (kinds that care override it)
+        """This source as the rule's policy needs it read: a kind whose defaults depend on the policy settles
+        them here (the rule's parser calls it once the policy is known; see `Policy.learns_throughput`)."""
+        return self
+
 
 SOURCE_WEIGHT = Number("weight", default=SourceSpec.weight, minimum=0, exclusive_minimum=True,
                        doc="the source's count is multiplied by this before `aggregation`")
