@@ -12,7 +12,8 @@ The definitions follow docs/simulator.md ("Metrics"), with real times in place o
 - waits: received − sent of each delivery, a redelivery counting again with its longer wait;
 - `oldest_message_age_max`, `slo_violation_seconds`: every second, the age of the oldest visible message, where a
   message is visible from its send (plus its initial delay) until it is received, and again from a
-  delivery's visibility timeout until the next delivery when that delivery did not delete it.
+  delivery's visibility timeout until the next delivery when that delivery did not delete it (until its late
+  delete when it did).
 Only what happened within the scenario's duration counts; the clean-up after it does not.
 """
 
@@ -101,8 +102,10 @@ def oldest_ages(record: LiveRecord) -> list[float]:
         intervals: list[tuple[float, float]] = []
         for delivery in deliveries:
             intervals.append((visible_from, delivery.received))
-            if delivery.deleted and delivery.ended is not None \
-                    and delivery.ended <= delivery.received + record.visibility_timeout:
+            if delivery.deleted and delivery.ended is not None:
+                # Work that outlasted the visibility timeout left the message visible from then until its delete
+                # (which succeeded, so no one received it meanwhile); then it is gone.
+                intervals.append((delivery.received + record.visibility_timeout, delivery.ended))
                 visible_from = math.inf
                 break
             visible_from = delivery.received + record.visibility_timeout

@@ -111,6 +111,17 @@ def test_a_killed_delivery_makes_its_message_visible_again_after_the_visibility_
     assert metrics.slo_violation_seconds == 18  # seconds 12 .. 29: visible, and older than the 10 s objective
 
 
+def test_work_that_outlasts_the_visibility_timeout_leaves_its_message_visible_only_until_its_delete() -> None:
+    # Received at 2, visible again at 12, deleted (successfully: no one took it meanwhile) at 15. A live ramp-kill
+    # run once counted it visible until the end of the run: an oldest age of 175 s where no message waited 24 s.
+    sent = (SentMessage(0, T0),)
+    deliveries = (Delivery(0, 7, T0 + 2, 1, T0 + 15, True),)
+    ages = oldest_ages(record(sent=sent, deliveries=deliveries))
+    assert ages[2:12] == [0.0] * 10
+    assert ages[12] == 12.5 and ages[14] == 14.5
+    assert ages[15:] == [0.0] * 45
+
+
 def test_a_delayed_message_is_not_visible_before_its_delay() -> None:
     ages = oldest_ages(record(sent=(SentMessage(0, T0 + 1, delay=5.0),)))
     assert ages[:6] == [0.0] * 6
