@@ -14,8 +14,6 @@ import copy
 import logging
 import re
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,7 +30,7 @@ from controller.net.http import polling_client
 from controller.operator.options import MAX_SPREAD, OperatorOptions
 from controller.operator.runner import Operator
 from tests.fakekube.server import FakeKube
-from tests.operator_harness import ROOT, RULES_API, wait_for
+from tests.operator_harness import ROOT, RULES_API, capacity_queue_server, wait_for
 from tests.operator_harness import Operator as OperatorProcess
 
 RULES = 300
@@ -44,18 +42,8 @@ INTERVAL = 2.0  # seconds: the rules' polling interval, so the start spread (min
 @pytest.fixture
 def queues(tmp_path: Path) -> Iterator[str]:
     """The capacity benchmark's queue server: every queue holds 5 messages (one replica at 10 a replica)."""
-    port_file = tmp_path / "queue-port"
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "_queues", str(port_file)], cwd=ROOT)
-    try:
-        wait_for("the queue server", lambda: port_file.exists() and port_file.read_text().strip(), timeout=10)
-        yield f"http://127.0.0.1:{port_file.read_text().strip()}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+    with capacity_queue_server(tmp_path) as url:
+        yield url
 
 
 @pytest.fixture

@@ -4,10 +4,6 @@ environment wherever one applies."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,9 +18,10 @@ from controller.net.http import polling_client
 from controller.sources.azure_queue import AzureQueuePoller
 from controller.sources.base import SourceContext
 from tests.azure_answers import queue_of
-from tests.azurite import ROOT, Azurite
+from tests.azurite import Azurite
 from tests.helpers import DictSecrets, add_traffic, key_secrets, key_source, new_queue, unique_queue
 from tests.loopback import LoopbackServer
+from tests.operator_harness import capacity_queue_server
 
 OTHER_KEY = "b3RoZXIta2V5LW5vdC10aGUtcmlnaHQtb25lLWF0LWFsbC0wMTIzNDU2Nzg5YWJjZGVm"
 
@@ -96,32 +93,18 @@ async def test_a_proxy_for_the_endpoint_takes_the_poll_and_no_proxy_takes_it_dir
 
 
 @pytest.fixture
-def capacity_queue_server(tmp_path: Path) -> Iterator[str]:
-    """benchmarks/capacity.py's fast queue server, in a process of its own as the benchmark runs it."""
-    port_file = tmp_path / "queue-port"
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "_queues", str(port_file)], cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 10
-        while not (port_file.exists() and port_file.read_text().strip()):
-            assert time.monotonic() < deadline, "the capacity benchmark's queue server did not start"
-            time.sleep(0.05)
-        yield f"http://127.0.0.1:{port_file.read_text().strip()}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)
+def capacity_queue(tmp_path: Path) -> Iterator[str]:
+    with capacity_queue_server(tmp_path) as url:
+        yield url
 
 
 async def test_the_capacity_benchmarks_queue_server_answers_the_default_poll_count_and_peek(
-        capacity_queue_server: str) -> None:
+        capacity_queue: str) -> None:
     # The benchmark measures what the operator really sends by default: the count, then the front message's peek.
     from benchmarks.capacity import DEV_KEY, FRONT_MESSAGE_WAITED, STEADY_COUNT
 
     spec = AzureQueueSource(type="azure-queue", queue_name="q00000", account_name="devstoreaccount1",
-                            endpoint=f"{capacity_queue_server}/devstoreaccount1",
+                            endpoint=f"{capacity_queue}/devstoreaccount1",
                             account_key_secret_ref=SecretKeyRef("storage", "account-key"))
     reading = await poll(spec, DictSecrets({("storage", "account-key"): DEV_KEY}))
     assert (reading.count, reading.error, reading.note) == (STEADY_COUNT, None, "")
