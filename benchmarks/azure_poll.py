@@ -21,11 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import signal
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -33,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.capacity import DEV_KEY, ROOT, _wait
+from benchmarks.capacity import DEV_KEY, queue_server
 from controller.model.fields import SecretKeyRef
 from controller.model.sources.azure_queue import AzureQueueSource
 from controller.net.http import polling_client
@@ -127,20 +123,8 @@ def signing_cost(endpoint: Endpoint, iterations: int = 20_000) -> tuple[float, f
 @contextmanager
 def fast_server() -> Iterator[Endpoint]:
     """benchmarks/capacity.py's Get Queue Metadata server, in a process of its own (its CPU is not ours)."""
-    with tempfile.TemporaryDirectory(prefix="azure-poll-") as workdir:
-        port_file = Path(workdir) / "port"
-        process = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "_queues", str(port_file)], cwd=ROOT,
-                                   env={**os.environ, "PYTHONPATH": str(ROOT)})
-        try:
-            _wait("the queue server", lambda: port_file.exists() and port_file.read_text().strip() != "", 10)
-            yield Endpoint("fast", f"http://127.0.0.1:{port_file.read_text().strip()}/{ACCOUNT}", ACCOUNT, DEV_KEY)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+    with tempfile.TemporaryDirectory(prefix="azure-poll-") as workdir, queue_server(Path(workdir)) as url:
+        yield Endpoint("fast", f"{url}/{ACCOUNT}", ACCOUNT, DEV_KEY)
 
 
 @contextmanager

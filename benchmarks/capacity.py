@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -130,6 +131,25 @@ async def _serve_queues(port_file: Path, moving: bool) -> None:
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
     server.close()
+
+
+@contextlib.contextmanager
+def queue_server(folder: Path) -> Iterator[str]:
+    """This module's queue server in a process of its own (its CPU is not the operator's); yields its URL and stops
+    it by its PID. Every queue holds 5 messages, and it answers the count and a peek."""
+    port_file = folder / "queue-port"
+    process = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "_queues", str(port_file)], cwd=ROOT,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        _wait("the queue server", lambda: port_file.exists() and port_file.read_text().strip() != "", 10)
+        yield f"http://127.0.0.1:{port_file.read_text().strip()}"
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
 
 
 # ---------------------------------------------------------------------------------------------- fake API server

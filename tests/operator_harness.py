@@ -4,7 +4,6 @@ fixtures the end-to-end and fault-injection tests share."""
 from __future__ import annotations
 
 import base64
-import contextlib
 import signal
 import subprocess
 import sys
@@ -195,21 +194,3 @@ def setup_rule(api: kube_client.ApiClient, azurite: Azurite, name: str, messages
     secret(api, f"{name}-queue", {"connection": azurite.connection_string}, allowed_rules=name)
     rule(api, name, queue, f"{name}-queue", **spec)
     return client
-
-
-@contextlib.contextmanager
-def capacity_queue_server(folder: Path) -> Iterator[str]:
-    """benchmarks/capacity.py's fast queue server (every queue holds 5 messages; it answers the count and a peek),
-    in a process of its own as the benchmark runs it; yields its URL and stops it by its PID."""
-    port_file = folder / "queue-port"
-    process = subprocess.Popen([sys.executable, "-m", "benchmarks.capacity", "_queues", str(port_file)], cwd=ROOT)
-    try:
-        wait_for("the queue server", lambda: port_file.exists() and port_file.read_text().strip(), timeout=10)
-        yield f"http://127.0.0.1:{port_file.read_text().strip()}"
-    finally:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=5)

@@ -4,14 +4,12 @@ against the fake API server: what lands on the server is what the report built."
 from __future__ import annotations
 
 import base64
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from controller.kube.api import KubeApi, load_configuration
+from controller.kube.api import KubeApi
 from controller.kube.errors import KubeError
 from controller.kube.events import EventRecorder, ObjectRef, event_sender
 from controller.kube.secrets import secret_reader
@@ -21,16 +19,6 @@ from tests.fakekube import FakeKube
 from tests.operator_harness import ROOT, RULES_API
 
 NS = "shop"
-
-
-@pytest.fixture
-async def kube_api(fake_kube: FakeKube, kubeconfig: Path) -> AsyncIterator[KubeApi]:
-    fake_kube.ensure_namespace(NS)
-    api = KubeApi(await load_configuration(str(kubeconfig)))
-    try:
-        yield api
-    finally:
-        await api.close()
 
 
 def orders_rule(fake_kube: FakeKube) -> None:

@@ -122,15 +122,9 @@ class Watching:
         return self.task is not None and not self.task.done()
 
 
-@pytest.fixture
-async def kube_api(fake_kube: FakeKube, kubeconfig: Path) -> AsyncIterator[KubeApi]:
+@pytest.fixture(autouse=True)
+def crd(fake_kube: FakeKube) -> None:
     fake_kube.create(CRD)
-    fake_kube.ensure_namespace(NS)
-    api = KubeApi(await load_configuration(str(kubeconfig)))
-    try:
-        yield api
-    finally:
-        await api.close()
 
 
 @pytest.fixture

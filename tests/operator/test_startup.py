@@ -23,14 +23,14 @@ import httpx
 import pytest
 import yaml
 
-from benchmarks.capacity import DEV_KEY, _deployment, _rule
+from benchmarks.capacity import DEV_KEY, _deployment, _rule, queue_server
 from controller.kube.api import KubeApi, load_configuration
 from controller.kube.timestamps import parse_rfc3339
 from controller.net.http import polling_client
 from controller.operator.options import MAX_SPREAD, OperatorOptions
 from controller.operator.runner import Operator
 from tests.fakekube.server import FakeKube
-from tests.operator_harness import ROOT, RULES_API, capacity_queue_server, wait_for
+from tests.operator_harness import ROOT, RULES_API, wait_for
 from tests.operator_harness import Operator as OperatorProcess
 
 RULES = 300
@@ -42,7 +42,7 @@ INTERVAL = 2.0  # seconds: the rules' polling interval, so the start spread (min
 @pytest.fixture
 def queues(tmp_path: Path) -> Iterator[str]:
     """The capacity benchmark's queue server: every queue holds 5 messages (one replica at 10 a replica)."""
-    with capacity_queue_server(tmp_path) as url:
+    with queue_server(tmp_path) as url:
         yield url
 
 

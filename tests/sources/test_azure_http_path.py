@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.capacity import queue_server
 from controller import __version__
 from controller.model.fields import SecretKeyRef
 from controller.model.readings import SourceReading
@@ -21,7 +22,6 @@ from tests.azure_answers import queue_of
 from tests.azurite import Azurite
 from tests.helpers import DictSecrets, add_traffic, key_secrets, key_source, new_queue, unique_queue
 from tests.loopback import LoopbackServer
-from tests.operator_harness import capacity_queue_server
 
 OTHER_KEY = "b3RoZXIta2V5LW5vdC10aGUtcmlnaHQtb25lLWF0LWFsbC0wMTIzNDU2Nzg5YWJjZGVm"
 
@@ -94,7 +94,7 @@ async def test_a_proxy_for_the_endpoint_takes_the_poll_and_no_proxy_takes_it_dir
 
 @pytest.fixture
 def capacity_queue(tmp_path: Path) -> Iterator[str]:
-    with capacity_queue_server(tmp_path) as url:
+    with queue_server(tmp_path) as url:
         yield url
 
 
