@@ -35,7 +35,12 @@ from controller.model.readings import (
     Recommendation,
     ScalingMemory,
 )
-from controller.model.rule import DEFAULT_TARGET_PER_REPLICA, DirectionPolicy, QueueScalerSpec
+from controller.model.rule import (
+    DEFAULT_SCALE_DOWN_DELAY,
+    DEFAULT_TARGET_PER_REPLICA,
+    DirectionPolicy,
+    QueueScalerSpec,
+)
 from controller.model.textfmt import duration, plural
 
 # --------------------------------------------------------------------------------------------------------------
@@ -339,6 +344,27 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(2 * spec.polling_interval, startup))
 
 
+def scale_down_delay(spec: QueueScalerSpec, size: Sizing) -> float:
+    """How long capacity must be unneeded before it is released: the rule's `scaleDown.delay`, else derived.
+
+    A scale-in may stop a replica in the middle of a message (a ReplicaSet cannot tell busy pods from idle ones);
+    the message comes back only when its visibility timeout ends, which a worker sets longer than a job. Where one
+    service time (at the throughput the sizing trusts) is longer than what the drain time leaves of
+    `targetWaitSeconds`, every message so stopped misses the objective, so capacity is kept until the jobs
+    running when the need fell could have finished: one service time. Otherwise (short jobs, count mode, no wait
+    objective) 2 minutes.
+    """
+    policy = spec.policy
+    if policy.scale_down.delay is not None:
+        return policy.scale_down.delay
+    if size.throughput is None or size.drain_time is None or policy.target_wait is None:
+        return DEFAULT_SCALE_DOWN_DELAY
+    service = (size.per_replica or 1) / size.throughput
+    if service > policy.target_wait - size.drain_time:
+        return max(DEFAULT_SCALE_DOWN_DELAY, service)
+    return DEFAULT_SCALE_DOWN_DELAY
+
+
 def stated_throughput(spec: QueueScalerSpec) -> float | None:
     """Messages per second one replica completes, as the rule states it (rate mode); None in count mode."""
     policy = spec.policy
@@ -550,7 +576,8 @@ def _on_count(
     else:
         recommended = max(recommended, 1)
 
-    memory = _remember(memory, spec, now, recommended, inactive_since)
+    release_delay = scale_down_delay(spec, size)
+    memory = _remember(memory, spec, now, recommended, inactive_since, release_delay)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
@@ -559,18 +586,18 @@ def _on_count(
     up_rec = _window(memory.recommendations, now, policy.scale_up.stabilization_window, min)
     down_rec = _window(memory.recommendations, now, policy.scale_down.stabilization_window, max)
     stabilized = current
+    held_by_delay = False
     if current < up_rec:
         stabilized = up_rec
     elif current > down_rec:
         stabilized = down_rec
-        delay = policy.scale_down.delay
-        if delay > 0:
+        if release_delay > 0:
             # Release only capacity unneeded for the whole delay, then in one step to what the last polls
             # want: one large step kills less in-flight work than a ramp of small ones.
-            if _window(memory.recommendations, now, delay, max) >= current:
-                stabilized = current
+            if _window(memory.recommendations, now, release_delay, max) >= current:
+                stabilized, held_by_delay = current, True
             else:
-                stabilized = _window(memory.recommendations, now, delay, max)
+                stabilized = _window(memory.recommendations, now, release_delay, max)
     if to_zero:
         stabilized = 0  # the scale-to-zero delay is this step's own stabilization
     if current == 0 and active and not deferred:
@@ -598,7 +625,7 @@ def _on_count(
         current=current, final=final, desired=desired, stabilized=stabilized, recommended=recommended,
         bounds=bounds, held_by_cooldown=held_by_cooldown, limited=limited, within_tolerance=within_tolerance,
         active=active, to_zero=to_zero, inactive_since=inactive_since, now=now, spec=spec,
-        to_zero_delay=to_zero_delay,
+        to_zero_delay=to_zero_delay, release_delay=release_delay if held_by_delay else None,
         deferred_until=(
             pending_since + (size.drain_time or 0.0) if deferred and pending_since is not None else None
         ),
@@ -638,6 +665,7 @@ def _explain(
     now: float,
     spec: QueueScalerSpec,
     to_zero_delay: float,
+    release_delay: float | None = None,
     deferred_until: float | None = None,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
@@ -675,6 +703,10 @@ def _explain(
         return Reason.AT_MAXIMUM, f"at the maximum {bounds.maximum}{by_schedule}"
     if recommended < current and final == bounds.minimum:
         return Reason.AT_MINIMUM, f"at the minimum {bounds.minimum}{by_schedule}"
+    if release_delay is not None and recommended < current:
+        return Reason.HELD_BY_STABILIZATION, (
+            f"unneeded for less than the scale-down delay {duration(release_delay)}: {keep} "
+            f"(recommended {recommended})")
     if stabilized == current and recommended != current:
         return Reason.HELD_BY_STABILIZATION, f"stabilization window: {keep} (recommended {recommended})"
     if deferred_until is not None:
@@ -704,12 +736,13 @@ def _within(since: float | None, now: float, window: float) -> bool:
 
 
 def _remember(
-    memory: ScalingMemory, spec: QueueScalerSpec, now: float, replicas: int, inactive_since: float | None
+    memory: ScalingMemory, spec: QueueScalerSpec, now: float, replicas: int, inactive_since: float | None,
+    release_delay: float,
 ) -> ScalingMemory:
     """Add this tick's recommendation (as a run) and forget what no window or period can still see."""
     policy = spec.policy
     horizon = max(policy.scale_up.stabilization_window, policy.scale_down.stabilization_window,
-                  policy.scale_down.delay, 2 * spec.polling_interval)
+                  release_delay, 2 * spec.polling_interval)
     runs = list(memory.recommendations)
     if not runs or runs[-1].replicas != replicas:
         runs.append(Recommendation(now, replicas))

@@ -52,7 +52,7 @@ from controller.keda.model import (
 )
 from controller.model.fields import FieldError, Fields, SpecError, format_duration
 from controller.model.loading import read_input
-from controller.model.rule import API_GROUP, API_VERSION, DEFAULT_SCALE_DOWN, KIND, parse_queuescaler
+from controller.model.rule import API_GROUP, API_VERSION, DEFAULT_SCALE_DOWN_DELAY, KIND, parse_queuescaler
 
 KEDA_DEFAULT_CONNECTION_ENV = "AzureWebJobsStorage"  # what KEDA reads when a trigger names no connection
 KEDA_CLOUDS = {
@@ -790,12 +790,12 @@ class _Converter:
                 window = format_duration(hpa_default.stabilization_window)
                 self.warn(path, f"not set, so KEDA's HPA scales down on the highest recommendation of the last "
                           f"{window} (stabilizationWindowSeconds {hpa_default.stabilization_window}); queuescale's "
-                          f"default releases capacity unneeded for {format_duration(DEFAULT_SCALE_DOWN.delay)} "
+                          f"default releases capacity unneeded for {format_duration(DEFAULT_SCALE_DOWN_DELAY)} "
                           f"(scaleDown.delay), in one step. Kept queuescale's; set policy.scaleDown {{delay: 0s, "
                           f"stabilizationWindow: {window}}} to keep KEDA's")
             return
         out: dict[str, Any] = {"stabilizationWindow": format_duration(direction.stabilization_window)}
-        if name == "scaleDown" and DEFAULT_SCALE_DOWN.delay:
+        if name == "scaleDown" and DEFAULT_SCALE_DOWN_DELAY:
             out["delay"] = "0s"  # the HPA has no such delay: its window is the whole of its scale-down damping
         if direction.select_policy == "Disabled":
             out["selectPolicy"] = "Disabled"

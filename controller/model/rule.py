@@ -70,17 +70,20 @@ class StepPolicy:
 
 @dataclass(frozen=True)
 class DirectionPolicy:
-    """How one direction (up or down) may move. `delay` is for scale-down only."""
+    """How one direction (up or down) may move. `delay` is for scale-down only; None: derived
+    (controller.policy.scale_down_delay)."""
 
     cooldown: float = 0.0
     stabilization_window: float = 0.0
     policies: tuple[StepPolicy, ...] = ()
     select_policy: SelectPolicy = "Max"
-    delay: float = 0.0
+    delay: float | None = 0.0
 
 
 DEFAULT_SCALE_UP = DirectionPolicy()
-DEFAULT_SCALE_DOWN = DirectionPolicy(delay=120.0)
+DEFAULT_SCALE_DOWN = DirectionPolicy(delay=None)
+# What an unset scaleDown.delay is, unless long jobs call for more (controller.policy.scale_down_delay).
+DEFAULT_SCALE_DOWN_DELAY = 120.0
 
 
 DEFAULT_TARGET_PER_REPLICA = 5.0
@@ -287,8 +290,14 @@ COOLDOWN = Duration("cooldown", default=DirectionPolicy.cooldown,
 STABILIZATION_WINDOW = Duration("stabilizationWindow", default=DirectionPolicy.stabilization_window,
                                 doc="go up only to the lowest recommendation of this window")
 SCALE_DOWN_DELAY = Duration(
-    "delay", default=DEFAULT_SCALE_DOWN.delay, description="Release capacity once unneeded this long, in one step.",
-    doc="release capacity only once unneeded this long, then in one step to the most this time asked for")
+    "delay",
+    description="Release capacity once unneeded this long, in one step. Default 2m, or in rate mode with "
+                "targetWaitSeconds, when one serviceTime is longer than what drainTime leaves of it, one "
+                "serviceTime; no schema default so it can be derived.",
+    doc="release capacity only once unneeded this long, then in one step to the most this time asked for; "
+        "unset: 2m, or in rate mode with `targetWaitSeconds`, when one `serviceTime` is longer than what "
+        "`drainTime` leaves of it, one `serviceTime` (a job stopped by a scale-in would then miss the objective; "
+        "see [policy.md](policy.md))")
 SCALE_UP = Object("scaleUp", defaulted=True, fields=(COOLDOWN, STABILIZATION_WINDOW, STEP_POLICIES, SELECT_POLICY),
                   doc="limits on going up")
 # scaleDown's fields are scaleUp's, but for the words of the reference, and delay.
@@ -420,7 +429,7 @@ def _parse_direction(f: Fields, *, allow_delay: bool = False) -> DirectionPolicy
         stabilization_window=f.duration(STABILIZATION_WINDOW),
         policies=tuple(policies),
         select_policy=f.choice(SELECT_POLICY),
-        delay=f.duration(SCALE_DOWN_DELAY) if allow_delay else 0.0,
+        delay=f.optional_duration(SCALE_DOWN_DELAY) if allow_delay else 0.0,
     )
     f.finish()
     return direction

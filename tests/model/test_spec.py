@@ -78,7 +78,7 @@ def test_minimal_rule_gets_every_default() -> None:
     assert spec.policy.activation_threshold == 0.0
     assert spec.policy.tolerance == 0.1
     assert spec.policy.scale_down.stabilization_window == 0.0
-    assert spec.policy.scale_down.delay == 120.0
+    assert spec.policy.scale_down.delay is None  # 2m, or a serviceTime for long jobs in rate mode (policy.py)
     assert spec.policy.target_wait is None and spec.policy.messages_per_replica is None
     assert spec.policy.scale_up.policies == ()
     assert spec.policy.scale_to_zero_delay is None  # 5m in count mode, derivable in rate mode (policy.py)

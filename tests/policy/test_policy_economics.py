@@ -1,16 +1,26 @@
-"""Issue 18, policy economics: the start-up time the policy assumes, and the scale-to-zero delay derived from it.
+"""Issue 18, policy economics: the start-up time the policy assumes, and the scale-to-zero and scale-down delays
+derived from it and from the service time.
 
-Expectations are computed by hand from docs/policy.md ("Start-up time" and "Going to zero").
+Expectations are computed by hand from docs/policy.md ("Start-up time", "Going to zero" and "Releasing capacity").
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
+from benchmarks.policy_suite import HOLDOUT, our_rule
 from controller.model.fields import SpecError
-from controller.model.readings import Reason
-from controller.policy import decide, scale_to_zero_delay, sizing, startup_time
+from controller.model.readings import Reason, ScalingMemory
+from controller.model.rule import QueueScaler
+from controller.policy import decide, scale_down_delay, scale_to_zero_delay, sizing, startup_time
+from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.run import Contender, Metrics, simulate
+from controller.simulator.scenario import Scenario, load_scenario
 from tests.policy_helpers import Run, make_spec, seen
+
+HOLDOUT_LONG_BATCH = next(path for path in HOLDOUT if path.stem == "holdout-long-batch")
 
 # A message takes 2 s; a new message may wait a minute; polls every 10 s (the default).
 RATE = {"targetWaitSeconds": 60, "serviceTime": "2s", "scaleDown": {"delay": 0}}
@@ -86,3 +96,63 @@ def test_count_mode_and_a_stated_delay_keep_their_meaning() -> None:
     assert scale_to_zero_delay(make_spec(policy={"targetPerReplica": 5, "startupTime": "10s"})) == 300.0
     assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "5s", "scaleToZeroDelay": "7m"})) == 420.0
     assert scale_to_zero_delay(make_spec(policy={**RATE, "startupTime": "5s", "scaleToZeroDelay": 0})) == 0.0
+
+
+# ------------------------------------------------------------------------------------- the scale-down delay
+
+# Jobs of 20 minutes that may wait 30: the drain time is 15 minutes, so a job stopped by a scale-in (it comes back
+# only after its visibility timeout, longer than the job) misses the objective whatever happens next.
+LONG_JOBS = {"targetWaitSeconds": "30m", "serviceTime": "20m", "startupTime": "60s"}
+
+
+def test_long_jobs_hold_capacity_for_a_service_time_before_releasing_it() -> None:
+    spec = make_spec(policy=LONG_JOBS)
+    assert scale_down_delay(spec, sizing(spec)) == 1200.0
+    run = Run(spec, current=40, memory=ScalingMemory(last_scale_up=-3600.0))
+    run.tick(0, 40)  # 40 jobs in flight, nothing waiting: 40 replicas busy
+    for t in range(10, 1210, 10):
+        held = run.tick(t, 10)  # 30 jobs ended: 10 in flight
+        assert held.desired == 40, t  # 40 was asked for within the last 20 minutes (its run lasted until t=10)
+    assert held.reason == Reason.HELD_BY_STABILIZATION
+    assert "unneeded for less than the scale-down delay 20m: keeping 40 (recommended 10)" in held.message
+    released = run.tick(1210, 10)
+    assert (released.desired, released.reason) == (10, Reason.SCALED_DOWN)  # in one step
+
+
+def test_short_jobs_keep_the_two_minute_delay() -> None:
+    # 10-minute jobs: a stopped one comes back after about 10 minutes, within what the 15-minute drain time leaves.
+    ten = make_spec(policy={**LONG_JOBS, "serviceTime": "10m"})
+    assert scale_down_delay(ten, sizing(ten)) == 120.0
+    assert scale_down_delay(make_spec(policy=RATE), sizing(make_spec(policy=RATE))) == 0.0  # RATE states 0
+    unstated = make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "2s"})
+    assert scale_down_delay(unstated, sizing(unstated)) == 120.0
+
+
+def test_a_stated_delay_and_count_mode_keep_their_meaning_for_long_jobs() -> None:
+    stated = make_spec(policy={**LONG_JOBS, "scaleDown": {"delay": "30s"}})
+    assert scale_down_delay(stated, sizing(stated)) == 30.0
+    count = make_spec(policy={"targetPerReplica": 1, "messagesPerReplica": 1})
+    assert scale_down_delay(count, sizing(count)) == 120.0
+
+
+def test_the_learned_throughput_lengthens_the_delay() -> None:
+    # Told 10-minute jobs, the drains showed half the throughput: jobs of about 20 minutes, so the delay follows.
+    ten = make_spec(policy={**LONG_JOBS, "serviceTime": "10m"})
+    learned = sizing(ten, learned_throughput=0.5 / 600)
+    assert scale_down_delay(ten, learned) == 1200.0
+
+
+def test_holding_for_a_job_stops_fewer_jobs_in_the_held_out_long_batch() -> None:
+    # The held-out scenario (20-minute jobs, a 30-minute objective, pods killed on scale-in): the rule as a user
+    # writes it, against the same rule with the old fixed 2-minute delay.
+    sc = load_scenario(str(HOLDOUT_LONG_BATCH))
+    derived = _run(sc, our_rule(sc))
+    rule = our_rule(sc)
+    policy = replace(rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=120.0))
+    two_minutes = _run(sc, replace(rule, spec=replace(rule.spec, policy=policy)))
+    assert derived.wait_p99 <= sc.slo_wait < two_minutes.wait_p99
+    assert derived.duplicate_deliveries * 5 < two_minutes.duplicate_deliveries
+
+
+def _run(sc: Scenario, rule: QueueScaler) -> Metrics:
+    return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0].metrics
