@@ -317,6 +317,64 @@ def startup_time(spec: QueueScalerSpec, measured: float | None = None) -> float:
     return DEFAULT_RATE_LOOKAHEAD
 
 
+@dataclass(frozen=True)
+class ColdStart:
+    """How long a message that finds no free replica waits for a new one: the poll that sees it, the start-up,
+    and its own service time (rate mode with `targetWaitSeconds` only)."""
+
+    poll: float
+    startup: float
+    startup_known: bool  # stated (startupTime, lookahead) or measured; False: the 30 s default is assumed
+    service: float
+    target_wait: float
+
+    @property
+    def wait(self) -> float:
+        return self.poll + self.startup + self.service
+
+
+def cold_start(spec: QueueScalerSpec, measured_startup: float | None = None) -> ColdStart | None:
+    """The cold start of `spec`, or None where the rule states no wait objective or no service time."""
+    policy = spec.policy
+    service = policy.service_time
+    if service is None and policy.throughput_per_replica is not None:
+        service = (policy.messages_per_replica or 1) / policy.throughput_per_replica
+    if policy.target_wait is None or service is None:
+        return None
+    known = any(v is not None for v in (policy.startup_time, measured_startup, policy.lookahead))
+    return ColdStart(poll=spec.polling_interval, startup=startup_time(spec, measured_startup), startup_known=known,
+                     service=service, target_wait=policy.target_wait)
+
+
+def wait_objective(
+    spec: QueueScalerSpec, measured_startup: float | None, kept_ready: int
+) -> tuple[bool, str, str] | None:
+    """Whether `targetWaitSeconds` can be met by scaling up when work arrives: (met, reason, message) for the
+    rule's WaitObjective condition and `check`; None where the rule states no wait objective.
+
+    A message that finds every replica busy waits for a new one at least a poll, a start-up and its own service
+    time. Where that is longer than the objective, no policy that reacts to the count meets it for a burst
+    beyond the replicas already running: only replicas kept ready (`minReplicas`, schedules) do.
+    """
+    cold = cold_start(spec, measured_startup)
+    if cold is None:
+        return None
+    startup = duration(cold.startup) + ("" if cold.startup_known else " (assumed: state startupTime)")
+    parts = (f"a poll ({duration(cold.poll)}), a start-up ({startup}) and one serviceTime "
+             f"({duration(cold.service)}): {duration(cold.wait)}")
+    objective = f"targetWaitSeconds {duration(cold.target_wait)}"
+    if cold.wait <= cold.target_wait:
+        return True, "ColdStartFits", (
+            f"a message that finds no free replica waits for a new one {parts}, within {objective}")
+    if kept_ready > 0:
+        return True, "ReplicasKeptReady", (
+            f"{plural(kept_ready, 'replica')} kept ready take what arrives; beyond them a message waits for a new "
+            f"replica {parts}, more than {objective}")
+    return False, "ColdStartTooSlow", (
+        f"a message that finds no free replica waits for a new one {parts}, more than {objective}: a burst on "
+        "idle capacity misses it; keep replicas ready (minReplicas or a schedule) to meet it")
+
+
 def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = None) -> float:
     """How long a rule stays inactive before going to zero: the rule's `scaleToZeroDelay`, else derived.
 
@@ -330,18 +388,15 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     policy = spec.policy
     if policy.scale_to_zero_delay is not None:
         return policy.scale_to_zero_delay
-    service = policy.service_time
-    if service is None and policy.throughput_per_replica is not None:
-        service = (policy.messages_per_replica or 1) / policy.throughput_per_replica
-    if policy.target_wait is None or service is None:
+    cold = cold_start(spec, measured_startup)
+    if cold is None:
         return DEFAULT_SCALE_TO_ZERO_DELAY
-    startup = startup_time(spec, measured_startup)
     # The message that wakes a replica, and what arrives behind it, must still drain within the drain time:
     # the cold start has what the drain time leaves of the objective (the rest absorbs a wrong serviceTime).
-    cold_budget = policy.target_wait - (sizing(spec, measured_startup).drain_time or 0.0)
-    if spec.polling_interval + startup + service > cold_budget:
+    cold_budget = cold.target_wait - (sizing(spec, measured_startup).drain_time or 0.0)
+    if cold.wait > cold_budget:
         return DEFAULT_SCALE_TO_ZERO_DELAY
-    return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(2 * spec.polling_interval, startup))
+    return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(2 * spec.polling_interval, cold.startup))
 
 
 def scale_down_delay(spec: QueueScalerSpec, size: Sizing) -> float:

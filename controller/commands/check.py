@@ -37,7 +37,7 @@ from controller.model.rule import API_GROUP, KIND, QueueScaler
 from controller.model.secrets import SecretUnavailable
 from controller.model.textfmt import duration, plural
 from controller.net.http import Fetch, polling_client
-from controller.policy import Decision, decide
+from controller.policy import Decision, decide, wait_objective
 from controller.sources import build_source
 from controller.sources.base import SourceContext, guarded_poll
 
@@ -187,7 +187,14 @@ class RuleCheck:
                 "reason": str(self.decision.reason),
                 "message": self.decision.message,
             },
+            **({"waitObjective": {"met": o[0], "reason": o[1], "message": o[2]}}
+               if (o := self.wait_objective) is not None else {}),
         }
+
+    @property
+    def wait_objective(self) -> tuple[bool, str, str] | None:
+        """The rule's WaitObjective condition as the operator would write it (start-up as stated: nothing measured)."""
+        return wait_objective(self.rule.spec, None, self.decision.bounds.minimum)
 
     def lines(self, wide: bool = False) -> list[str]:
         out = [f"{self.rule.key}:"]
@@ -208,6 +215,8 @@ class RuleCheck:
             f"  decision: {decision.current} -> {plural(decision.desired, 'replica')} ({decision.reason}): "
             f"{decision.message}"
         )
+        if (outlook := self.wait_objective) is not None:
+            out.append(f"  wait objective: {outlook[1]}: {outlook[2]}")
         return out
 
 

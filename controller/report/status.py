@@ -1,7 +1,8 @@
 """What the rule's status says: built from a tick's result, in the metav1.Condition shape. No I/O.
 
 Conditions: Ready (the queues and the target can be read and scaled), Active (the queue is above the activation
-threshold; reason and message are the policy's last decision), Fallback, Paused.
+threshold; reason and message are the policy's last decision), Fallback, Paused, and for a rule with
+targetWaitSeconds, WaitObjective (whether a replica started when work arrives can still meet it).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from controller.model.fields import FieldError
 from controller.model.readings import Reason
 from controller.model.rule import QueueScaler
 from controller.model.textfmt import duration
-from controller.policy import Decision
+from controller.policy import Decision, effective_bounds, wait_objective
 from controller.reconciler import TickResult
 from controller.targets.base import TargetError
 
@@ -135,6 +136,13 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         _fallback_condition(decision, rule, now, prior),
         _paused_condition(rule, now, prior),
     ]
+    measured = status.get("startupSeconds")
+    outlook = wait_objective(rule.spec, measured if isinstance(measured, (int, float)) else None,
+                             effective_bounds(rule.spec, result.time).minimum)
+    if outlook is not None:
+        met, reason, message = outlook
+        status["conditions"].append(
+            condition("WaitObjective", "True" if met else "False", reason, message, generation, now, prior))
     return status
 
 

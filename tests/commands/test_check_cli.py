@@ -74,6 +74,25 @@ def test_check_prints_counts_and_the_decision_for_people(azurite: Azurite, tmp_p
     assert "decision: 0 -> 3 replicas (ActivatedFromZero)" in done.stdout
 
 
+def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Azurite, tmp_path: Path) -> None:
+    queue = new_queue(azurite)
+    add_traffic(queue, visible=12)
+    text = rule_file("orders", key_source_yaml(azurite, queue.queue_name)).replace(
+        "policy: {targetPerReplica: 5}", "policy: {targetWaitSeconds: 20, serviceTime: 1s, startupTime: 15s}")
+    rules = write(tmp_path, "rule.yaml", text)
+    secrets = write(tmp_path, "s.yaml", secrets_yaml(azurite))
+    done = run_check(rules, "--secrets", secrets)
+    assert done.returncode == 0, done.stdout + done.stderr
+    # 5 s poll + 15 s start-up + 1 s service = 21 s: one more than the objective.
+    assert ("  wait objective: ColdStartTooSlow: a message that finds no free replica waits for a new one a poll "
+            "(5s), a start-up (15s) and one serviceTime (1s): 21s, more than targetWaitSeconds 20s") in done.stdout
+    as_json = json.loads(run_check(rules, "--secrets", secrets, "--json").stdout)
+    assert (as_json["waitObjective"]["met"], as_json["waitObjective"]["reason"]) == (False, "ColdStartTooSlow")
+    # A count-mode rule states no wait: nothing said.
+    plain = write(tmp_path, "plain.yaml", rule_file("orders", key_source_yaml(azurite, queue.queue_name)))
+    assert "wait objective" not in run_check(plain, "--secrets", secrets).stdout
+
+
 def test_check_reads_a_connection_string_from_the_environment(azurite: Azurite, tmp_path: Path) -> None:
     queue = new_queue(azurite)
     add_traffic(queue, visible=7, delayed=1)
