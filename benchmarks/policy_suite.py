@@ -8,6 +8,9 @@ on), it runs:
 - KEDA + HPA "well tuned": queueLength swept over QUEUE_LENGTHS and pollingInterval over POLLING_INTERVALS, the
   cheapest setting whose p99 wait meets the SLO (an oracle: picked per scenario, after the fact);
 - the floor: the total service time of all messages (no policy can use fewer busy worker-seconds);
+- two referees, capacity kept ready from the first second to the last: maxReplicas throughout (the lowest p99
+  any policy can reach: if it misses the SLO, no policy meets it) and the cheapest constant replica count meeting
+  the SLO (what meeting it costs without any autoscaling);
 - robustness: queuescale again with the serviceTime it is told off by each of --service-time-factors (default
   x0.5 and x2; the workers keep their real service time), reporting the p99 wait of each.
 
@@ -24,7 +27,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
@@ -33,7 +36,7 @@ from typing import Any
 
 from controller.commands.simulate import default_rule
 from controller.model.rule import QueueScaler
-from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.adapters import RuleAutoscaler, StaticAutoscaler
 from controller.simulator.keda import EmulatedScaledObject, KedaAutoscaler, parse_scaled_object
 from controller.simulator.report import line_chart
 from controller.simulator.run import Contender, Metrics, simulate
@@ -116,6 +119,70 @@ def contenders(scenario: Scenario, factors: Sequence[float] = ()) -> list[Conten
     return found
 
 
+def kept_ready(replicas: int) -> Contender:
+    """`replicas` ready from the first second to the last, never scaled: capacity kept ready throughout."""
+    label = f"constant-{replicas}"
+    return Contender(label, lambda world: StaticAutoscaler(label, replicas, world), initial_replicas=replicas)
+
+
+@dataclass(frozen=True)
+class KeptReady:
+    """A referee run: a constant replica count and what it measured (worker-seconds = replicas x duration)."""
+
+    replicas: int
+    metrics: Metrics
+
+
+def run_kept_ready(scenario: Scenario, replicas: int) -> KeptReady:
+    """The scenario with `replicas` kept ready throughout."""
+    return KeptReady(replicas, simulate(scenario, [kept_ready(replicas)])[0].metrics)
+
+
+def cheapest_meeting(run: Callable[[int], KeptReady], meeting: KeptReady, slo: float) -> KeptReady:
+    """The fewest constant replicas whose p99 wait meets `slo`, by bisection below `meeting` (a run that meets it).
+
+    Zero replicas process nothing, so they count as missing without a run. What is returned met the SLO in its
+    own run, and one replica fewer missed in its own run (unless that is zero); that no smaller count meets it
+    rests on a FIFO queue's p99 not rising with more ready replicas, which
+    tests/simulator/test_policy_suite_referees.py checks in this simulator.
+    """
+    missing = 0
+    while meeting.replicas - missing > 1:
+        middle = (missing + meeting.replicas) // 2
+        trial = run(middle)
+        if trial.metrics.wait_p99 <= slo:
+            meeting = trial
+        else:
+            missing = middle
+    return meeting
+
+
+@dataclass(frozen=True)
+class Referees:
+    """What capacity kept ready throughout reaches, whatever a policy decides.
+
+    More ready replicas never delay the start of a FIFO queue's message, so `most` (maxReplicas from the first
+    second) has the lowest p99 wait any policy can reach in the simulator: if it misses the SLO, no policy meets
+    it. `cheapest` is the fewest constant replicas meeting the SLO (None when `most` misses it).
+
+    Exact for whole-second service times. Drawn ones are drawn per second's dequeue, not per message, so another
+    replica count sees another draw and its p99 may differ by a second or two either way: a verdict within that of
+    the SLO is a close call (tests/simulator/test_policy_suite_referees.py measures both).
+    """
+
+    most: KeptReady
+    cheapest: KeptReady | None
+
+
+def referees(scenario: Scenario) -> Referees:
+    """maxReplicas throughout, and when it meets the SLO the cheapest constant count that does (about
+    log2(maxReplicas) more runs)."""
+    most = run_kept_ready(scenario, scenario.workers.max_replicas)
+    if most.metrics.wait_p99 > scenario.slo_wait:
+        return Referees(most, None)
+    return Referees(most, cheapest_meeting(partial(run_kept_ready, scenario), most, scenario.slo_wait))
+
+
 @dataclass(frozen=True)
 class Row:
     scenario: str
@@ -129,6 +196,7 @@ class Row:
     keda_at_our_p99: Metrics | None  # the cheapest KEDA setting whose p99 is no worse than ours
     at_our_p99_label: str | None
     seconds: float
+    referees: Referees
     startup: float = 0.0  # the pods' start-up delay
     robustness: tuple[tuple[float, Metrics], ...] = ()  # (serviceTime factor told, queuescale's metrics)
     chart: str = ""  # SVG: replicas over time, ours against KEDA
@@ -140,16 +208,23 @@ def floor_worker_seconds(scenario: Scenario, metrics: Metrics) -> float:
     return metrics.messages_processed * workers.service_time.average / workers.concurrency
 
 
+def named_scenario(name: str) -> Scenario:
+    """A built-in scenario by name, or a scenario file by its path."""
+    path = Path(name)
+    return load_scenario(str(path) if path.suffix == ".yaml" else name)
+
+
 def run_scenario(name: str, factors: Sequence[float] = SERVICE_TIME_FACTORS) -> Row:
     started = time.perf_counter()
     path = Path(name)
-    scenario = load_scenario(str(path) if path.suffix == ".yaml" else name)
+    scenario = named_scenario(name)
     results = {r.label: r.metrics for r in simulate(scenario, contenders(scenario, factors))}
     ours = results["queuescale"]
     keda = [(m.worker_seconds, label) for label, m in results.items() if label.startswith("keda-")]
     tuned = min(((cost, label) for cost, label in keda if results[label].wait_p99 <= scenario.slo_wait), default=None)
     match = min(((cost, label) for cost, label in keda if results[label].wait_p99 <= ours.wait_p99), default=None)
     chart = replicas_chart(scenario, tuned[1] if tuned else (match[1] if match else "keda-5"))
+    kept = referees(scenario)
     return Row(
         scenario=scenario.name, holdout=path.suffix == ".yaml", slo=scenario.slo_wait,
         floor=floor_worker_seconds(scenario, ours), ours=ours, keda_default=results["keda-5"],
@@ -157,6 +232,7 @@ def run_scenario(name: str, factors: Sequence[float] = SERVICE_TIME_FACTORS) -> 
         keda_at_our_p99=results[match[1]] if match else None, at_our_p99_label=match[1] if match else None,
         seconds=time.perf_counter() - started, startup=scenario.workers.startup_delay,
         robustness=tuple((f, results[ours_label(f)]) for f in factors), chart=chart,
+        referees=kept,
     )
 
 
@@ -183,10 +259,22 @@ HEADER = ("scenario", "SLO s", "policy", "worker-s", "p99 wait s", "s above SLO"
           "eff.", "vs KEDA default", "vs KEDA tuned", "vs floor")
 
 
+def measured_cells(row: Row, name: str, label: str, m: Metrics | None) -> tuple[str, ...]:
+    """One line of the table: `label`'s metrics against the row's KEDA default, tuned KEDA and floor."""
+    if m is None:
+        return (name, f"{row.slo:g}", label, *["-"] * 9)
+    tuned_cost = row.keda_tuned.worker_seconds if row.keda_tuned else 0.0
+    return (
+        name, f"{row.slo:g}", label, f"{m.worker_seconds:,.0f}", f"{m.wait_p99:g}",
+        f"{m.slo_violation_seconds:,}", f"{m.direction_reversals:,}", f"{m.duplicate_deliveries:,}",
+        f"{m.efficiency:.2f}", _ratio(m.worker_seconds, row.keda_default.worker_seconds),
+        _ratio(m.worker_seconds, tuned_cost), _ratio(m.worker_seconds, row.floor),
+    )
+
+
 def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
     lines: list[tuple[str, ...]] = []
     for row in rows:
-        tuned_cost = row.keda_tuned.worker_seconds if row.keda_tuned else 0.0
         entries: list[tuple[str, Metrics | None]] = [
             ("queuescale", row.ours), ("KEDA queueLength 5", row.keda_default),
             (f"KEDA tuned ({keda_setting(row.tuned_label)})" if row.tuned_label else "KEDA tuned: none meets SLO",
@@ -194,17 +282,14 @@ def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
         ]
         name = f"{row.scenario}{' (held out)' if row.holdout else ''}"
         for label, m in entries:
-            if m is None:
-                lines.append((name, f"{row.slo:g}", label, *["-"] * 9))
-                continue
-            lines.append((
-                name, f"{row.slo:g}", label, f"{m.worker_seconds:,.0f}", f"{m.wait_p99:g}",
-                f"{m.slo_violation_seconds:,}", f"{m.direction_reversals:,}", f"{m.duplicate_deliveries:,}",
-                f"{m.efficiency:.2f}", _ratio(m.worker_seconds, row.keda_default.worker_seconds),
-                _ratio(m.worker_seconds, tuned_cost), _ratio(m.worker_seconds, row.floor),
-            ))
+            lines.append(measured_cells(row, name, label, m))
             name = ""
         lines.append((" ", "", "floor (total service time)", f"{row.floor:,.0f}", *[""] * 8))
+        most, cheapest = row.referees.most, row.referees.cheapest
+        lines.append(measured_cells(row, " ", f"any policy: maxReplicas ({most.replicas}) throughout", most.metrics))
+        lines.append(measured_cells(row, " ", f"constant {cheapest.replicas} replicas (cheapest meeting SLO)",
+                                    cheapest.metrics) if cheapest else
+                     measured_cells(row, " ", "constant replicas: none meets SLO", None))
     return lines
 
 
@@ -237,6 +322,12 @@ def summary(rows: Sequence[Row]) -> list[str]:
         ours, tuned = row.ours, row.keda_tuned
         meets = ours.wait_p99 <= row.slo
         verdict = [f"p99 {ours.wait_p99:g}s {'meets' if meets else 'misses'} the {row.slo:g}s SLO"]
+        most, cheapest = row.referees.most, row.referees.cheapest
+        if not meets:
+            verdict.append(f"some policy can: {cheapest.replicas} replicas kept ready throughout meet it at "
+                           f"{cheapest.metrics.worker_seconds:,.0f} worker-seconds "
+                           f"({cheapest.metrics.worker_seconds / ours.worker_seconds:.2f}x ours)" if cheapest else
+                           f"no policy can meet it (maxReplicas throughout: p99 {most.metrics.wait_p99:g}s)")
         if tuned is not None:
             saving = 1 - ours.worker_seconds / tuned.worker_seconds
             verdict.append(f"{saving:+.0%} worker-seconds vs tuned KEDA" if saving < 0 else
@@ -262,7 +353,9 @@ def summary(rows: Sequence[Row]) -> list[str]:
             verdict.append("no KEDA queueLength reaches our p99")
         bursty = bool(ours.bursts)
         wanted = BURSTY_EFFICIENCY if bursty else STEADY_EFFICIENCY
-        verdict.append(f"efficiency {ours.efficiency:.2f} ({'bursty' if bursty else 'steady'}, target {wanted:g})")
+        verdict.append(f"efficiency {ours.efficiency:.2f} ({'bursty' if bursty else 'steady'}, target {wanted:g})"
+                       + (f" (constant {cheapest.replicas} meeting the SLO: eff {cheapest.metrics.efficiency:.2f})"
+                          if cheapest and ours.efficiency < wanted else ""))
         if ours.burst_enough_capacity_mean is not None:
             verdict.append(f"burst to enough capacity {ours.burst_enough_capacity_mean:.0f}s"
                            f" (target {10 + row.startup:g}s"
@@ -297,14 +390,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     names = args.scenario or [*sorted(library()), *(str(p.relative_to(ROOT)) for p in HOLDOUT)]
     started = time.perf_counter()
+    # Longest first: a long scenario started last keeps one process busy while the others idle.
+    longest_first = sorted(set(names), key=lambda name: -named_scenario(name).duration)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        rows = list(pool.map(partial(run_scenario, factors=args.service_time_factors), names))
+        done = dict(zip(longest_first, pool.map(partial(run_scenario, factors=args.service_time_factors),
+                                                longest_first), strict=True))
+    rows = [done[name] for name in names]
     elapsed = time.perf_counter() - started
     print(format_text(rows))
     print()
     print("\n".join(summary(rows)))
     policies = 1 + len(args.service_time_factors) + len(QUEUE_LENGTHS) * len(POLLING_INTERVALS)
-    print(f"\n{len(rows)} scenarios, {policies} policies each, in {elapsed:.0f} s "
+    print(f"\n{len(rows)} scenarios, {policies} policies and the referees each, in {elapsed:.0f} s "
           f"({args.jobs} processes)")
     if args.markdown:
         write_markdown(args.markdown, rows, elapsed, args)
@@ -339,7 +436,10 @@ def write_markdown(path: Path, rows: Sequence[Row], elapsed: float, args: Any) -
         "",
         f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
         f"in {elapsed:.0f} s with {args.jobs} processes. Scenarios marked *held out* were written before the "
-        "default policy was tuned and never tuned on.",
+        "default policy was tuned and never tuned on. The last two lines of each scenario are referees, replicas kept "
+        "ready from the first second to the last: maxReplicas throughout has the lowest p99 wait any policy can reach "
+        "(if it misses the objective, no policy meets it), and the cheapest constant count meeting the objective "
+        "(found by bisection) is what meeting it costs without autoscaling.",
         "",
         format_markdown(rows),
         "",
