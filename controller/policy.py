@@ -349,8 +349,8 @@ def cold_start(spec: QueueScalerSpec, measured_startup: float | None = None) -> 
 def wait_objective(
     spec: QueueScalerSpec, measured_startup: float | None, kept_ready: int
 ) -> tuple[bool, str, str] | None:
-    """Whether `targetWaitSeconds` can be met by scaling up when work arrives: (met, reason, message) for the
-    rule's WaitObjective condition and `check`; None where the rule states no wait objective.
+    """Whether `targetWaitSeconds` can be met by scaling up when work arrives: (fits, reason, message) for the
+    rule's ColdStart condition and `check`; None where the rule states no wait objective.
 
     A message that finds every replica busy waits for a new one at least a poll, a start-up and its own service
     time. Where that is longer than the objective, no policy that reacts to the count meets it for a burst

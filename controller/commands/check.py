@@ -187,13 +187,13 @@ class RuleCheck:
                 "reason": str(self.decision.reason),
                 "message": self.decision.message,
             },
-            **({"waitObjective": {"met": o[0], "reason": o[1], "message": o[2]}}
-               if (o := self.wait_objective) is not None else {}),
+            **({"coldStart": {"fits": o[0], "reason": o[1], "message": o[2]}}
+               if (o := self.cold_start) is not None else {}),
         }
 
     @property
-    def wait_objective(self) -> tuple[bool, str, str] | None:
-        """The rule's WaitObjective condition as the operator would write it (start-up as stated: nothing measured)."""
+    def cold_start(self) -> tuple[bool, str, str] | None:
+        """The rule's ColdStart condition as the operator would write it (start-up as stated: nothing measured)."""
         return wait_objective(self.rule.spec, None, self.decision.bounds.minimum)
 
     def lines(self, wide: bool = False) -> list[str]:
@@ -215,8 +215,8 @@ class RuleCheck:
             f"  decision: {decision.current} -> {plural(decision.desired, 'replica')} ({decision.reason}): "
             f"{decision.message}"
         )
-        if (outlook := self.wait_objective) is not None:
-            out.append(f"  wait objective: {outlook[1]}: {outlook[2]}")
+        if (outlook := self.cold_start) is not None:
+            out.append(f"  cold start: {outlook[1]}: {outlook[2]}")
         return out
 
 

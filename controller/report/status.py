@@ -2,7 +2,8 @@
 
 Conditions: Ready (the queues and the target can be read and scaled), Active (the queue is above the activation
 threshold; reason and message are the policy's last decision), Fallback, Paused, and for a rule with
-targetWaitSeconds, WaitObjective (whether a replica started when work arrives can still meet it).
+targetWaitSeconds, ColdStart (whether a replica started when work arrives can still meet it; False is a warning:
+only replicas kept ready meet the objective for a burst on idle capacity).
 """
 
 from __future__ import annotations
@@ -142,7 +143,7 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
     if outlook is not None:
         met, reason, message = outlook
         status["conditions"].append(
-            condition("WaitObjective", "True" if met else "False", reason, message, generation, now, prior))
+            condition("ColdStart", "True" if met else "False", reason, message, generation, now, prior))
     return status
 
 

@@ -84,13 +84,13 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
     done = run_check(rules, "--secrets", secrets)
     assert done.returncode == 0, done.stdout + done.stderr
     # 5 s poll + 15 s start-up + 1 s service = 21 s: one more than the objective.
-    assert ("  wait objective: ColdStartTooSlow: a message that finds no free replica waits for a new one a poll "
+    assert ("  cold start: ColdStartTooSlow: a message that finds no free replica waits for a new one a poll "
             "(5s), a start-up (15s) and one serviceTime (1s): 21s, more than targetWaitSeconds 20s") in done.stdout
     as_json = json.loads(run_check(rules, "--secrets", secrets, "--json").stdout)
-    assert (as_json["waitObjective"]["met"], as_json["waitObjective"]["reason"]) == (False, "ColdStartTooSlow")
+    assert (as_json["coldStart"]["fits"], as_json["coldStart"]["reason"]) == (False, "ColdStartTooSlow")
     # A count-mode rule states no wait: nothing said.
     plain = write(tmp_path, "plain.yaml", rule_file("orders", key_source_yaml(azurite, queue.queue_name)))
-    assert "wait objective" not in run_check(plain, "--secrets", secrets).stdout
+    assert "cold start" not in run_check(plain, "--secrets", secrets).stdout
 
 
 def test_check_reads_a_connection_string_from_the_environment(azurite: Azurite, tmp_path: Path) -> None:

@@ -248,12 +248,12 @@ async def test_the_recorder_tells_each_events_outcome() -> None:
 
 def test_a_rule_whose_objective_a_cold_start_cannot_meet_says_so_in_wait_objective() -> None:
     policy = {"targetWaitSeconds": 30, "serviceTime": "500ms", "startupTime": "20s"}
-    found = conditions(tick_status(result(1000, policy=policy), None, NOW))["WaitObjective"]
+    found = conditions(tick_status(result(1000, policy=policy), None, NOW))["ColdStart"]
     assert (found["status"], found["reason"]) == ("False", "ColdStartTooSlow")
     assert "30.5s, more than targetWaitSeconds 30s" in found["message"]
-    kept = conditions(tick_status(result(1000, policy=policy, minReplicas=4), None, NOW))["WaitObjective"]
+    kept = conditions(tick_status(result(1000, policy=policy, minReplicas=4), None, NOW))["ColdStart"]
     assert (kept["status"], kept["reason"]) == ("True", "ReplicasKeptReady")
     fits = conditions(tick_status(result(1000, policy={**policy, "targetWaitSeconds": 60}), None, NOW))
-    assert (fits["WaitObjective"]["status"], fits["WaitObjective"]["reason"]) == ("True", "ColdStartFits")
+    assert (fits["ColdStart"]["status"], fits["ColdStart"]["reason"]) == ("True", "ColdStartFits")
     # A count-mode rule states no wait: no such condition.
-    assert "WaitObjective" not in conditions(tick_status(result(1000), None, NOW))
+    assert "ColdStart" not in conditions(tick_status(result(1000), None, NOW))
