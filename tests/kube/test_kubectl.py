@@ -276,6 +276,28 @@ def test_kubectl_wait_for_condition_ready_returns_when_the_operator_says_ready(c
 # Changing rules
 
 
+def test_kubectl_wait_sees_a_cold_start_too_slow_for_the_objective(cluster: Cluster) -> None:
+    # A rate-mode rule whose poll (1 s) + start-up (30 s) + service time (1 s) exceed its 20 s objective: the
+    # operator writes ColdStart=False, and kubectl reads it as any condition (ConditionalWait, as above).
+    rule = another_rule(cluster.rule_manifest, "slow").replace(
+        "    targetPerReplica: 20         # messages waiting per replica\n",
+        "    targetWaitSeconds: 20\n    serviceTime: 1s\n    startupTime: 30s\n")
+    assert "targetWaitSeconds: 20" in rule
+    cluster.kubectl("apply", "-f", "-", stdin=rule)
+    try:
+        waited = cluster.kubectl("wait", "--for=condition=ColdStart=False", "qs/slow", "-n", NS, "--timeout=30s")
+        assert waited.stdout == "queuescaler.queuescale.io/slow condition met\n"
+        reason = cluster.kubectl("get", "qs", "slow", "-n", NS, "-o",
+                                 'jsonpath={.status.conditions[?(@.type=="ColdStart")].reason}')
+        assert reason.stdout == "ColdStartTooSlow"
+        # The example rule states no wait objective: it gets no such condition.
+        none = cluster.kubectl("get", "qs", RULE, "-n", NS, "-o",
+                               'jsonpath={.status.conditions[?(@.type=="ColdStart")].reason}')
+        assert none.stdout == ""
+    finally:
+        cluster.kubectl("delete", "qs", "slow", "-n", NS)
+
+
 def another_rule(manifest: str, name: str) -> str:
     """The example rule under another name and on a worker of its own, so it never competes with the first."""
     for old, new in ((f"name: {RULE}\n  namespace", f"name: {name}\n  namespace"),
