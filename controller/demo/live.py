@@ -48,6 +48,7 @@ EXIT_DONE = 0
 MAX_LIVE_WORKERS = 64  # processes on one machine
 SPREAD_DRAWS = 20  # simulations with other service-time draws, for the simulated spread
 KILL_GRACE = 2.0  # scaleIn kill: SIGTERM ends the worker at once; SIGKILL only if it somehow did not
+RELEASE_GRACE = 5.0  # scaleIn release: one Update Message per message held, then it exits
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,7 @@ def read_worker_logs(folder: Path) -> tuple[list[Delivery], dict[int, float]]:
     """The deliveries the workers logged, and each worker's ready time by pid."""
     received: dict[tuple[int, int, float], dict[str, Any]] = {}
     ended: dict[tuple[int, int, float], tuple[float, bool]] = {}
+    released: dict[tuple[int, int, float], float] = {}
     ready: dict[int, float] = {}
     for path in sorted(folder.glob("*.log")) if folder.exists() else []:
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -191,11 +193,13 @@ def read_worker_logs(folder: Path) -> tuple[list[Delivery], dict[int, float]]:
                 if kind == "ready":
                     ready[event["pid"]] = float(event["ready"])
                     continue
-                if kind not in ("received", "done", "lost") or not isinstance(event.get("message"), int):
+                if kind not in ("received", "done", "lost", "released") or not isinstance(event.get("message"), int):
                     continue
                 key = (event["pid"], event["message"], float(event["received"]))
                 if kind == "received":
                     received[key] = event
+                elif kind == "released":
+                    released[key] = float(event["released"])
                 else:
                     ended[key] = (float(event["done"]), kind == "done")
     deliveries = []
@@ -203,7 +207,7 @@ def read_worker_logs(folder: Path) -> tuple[list[Delivery], dict[int, float]]:
         end = ended.get(key)
         deliveries.append(Delivery(
             message=key[1], pid=key[0], received=key[2], dequeue_count=int(event.get("dequeue_count") or 1),
-            ended=None if end is None else end[0], deleted=end is not None and end[1],
+            ended=None if end is None else end[0], deleted=end is not None and end[1], released=released.get(key),
         ))
     deliveries.sort(key=lambda d: d.received)
     return deliveries, ready
@@ -237,7 +241,7 @@ class ScenarioDemo:
              "--concurrency", str(workers.concurrency), "--startup-delay", repr(workers.startup_delay),
              "--scale-in", workers.scale_in,
              "--visibility-timeout", str(math.ceil(scenario.queue.visibility_timeout))],
-            workers.termination_grace_period if workers.scale_in == "drain" else KILL_GRACE,
+            {"drain": workers.termination_grace_period, "release": RELEASE_GRACE}.get(workers.scale_in, KILL_GRACE),
         )
         run = _Run()
         print(

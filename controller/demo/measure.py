@@ -12,8 +12,8 @@ The definitions follow docs/simulator.md ("Metrics"), with real times in place o
 - waits: received − sent of each delivery, a redelivery counting again with its longer wait;
 - `oldest_message_age_max`, `slo_violation_seconds`: every second, the age of the oldest visible message, where a
   message is visible from its send (plus its initial delay) until it is received, and again from a
-  delivery's visibility timeout until the next delivery when that delivery did not delete it (until its late
-  delete when it did).
+  delivery's visibility timeout (or from when its stopping worker released it) until the next delivery when that
+  delivery did not delete it (until its late delete when it did).
 Only what happened within the scenario's duration counts; the clean-up after it does not.
 """
 
@@ -46,6 +46,7 @@ class Delivery:
     dequeue_count: int
     ended: float | None = None  # its work ended (delete or failed delete); None: the process died first
     deleted: bool = False
+    released: float | None = None  # the worker made it visible again at this time as it stopped (scaleIn release)
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def oldest_ages(record: LiveRecord) -> list[float]:
                 intervals.append((delivery.received + record.visibility_timeout, delivery.ended))
                 visible_from = math.inf
                 break
-            visible_from = delivery.received + record.visibility_timeout
+            visible_from = delivery.released if delivery.released is not None else (
+                delivery.received + record.visibility_timeout)
         intervals.append((visible_from, min(end, expires)))
         for begin, until in intervals:
             if until <= begin:

@@ -16,12 +16,15 @@ A scenario run (`queuescale demo --scenario`) makes it behave as the scenario's 
 - `--startup-delay T`: it takes messages (and says it is ready) T seconds after it was spawned (the target puts
   the spawn time in `QUEUESCALE_SPAWNED_AT`), as a pod that needs T seconds to start;
 - `--scale-in kill`: SIGTERM ends it at once, its messages undeleted (they reappear after the visibility
-  timeout, as Azure does for a killed pod's messages); `drain` (the default) finishes what it holds first.
+  timeout, as Azure does for a killed pod's messages); `release`: SIGTERM abandons the work but makes each message
+  it holds visible again at once (Update Message with a visibility timeout of 0), so another worker takes it
+  within seconds instead of a visibility timeout later; `drain` (the default) finishes what it holds first.
 
 Each event is one JSON line on stdout (times in seconds since the epoch; `sent` is what the sender wrote into the
 message): `ready`, `received` (a delivery: `message`, `sent`, `received`, `dequeue_count`), `done` (deleted, with
 `received` and `done`), `lost` (its delete failed: the message's visibility timeout ran out during the work and
-another delivery owns it now), `stopped`. The demo reads them for its report and its measurements.
+another delivery owns it now), `released` (made visible again on SIGTERM, with `received` and `released`),
+`stopped`. The demo reads them for its report and its measurements.
 """
 
 from __future__ import annotations
@@ -100,8 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=1, help="messages worked on at once")
     parser.add_argument("--startup-delay", type=float, default=0.0,
                         help="seconds from spawn until it takes messages and says it is ready")
-    parser.add_argument("--scale-in", choices=("drain", "kill"), default="drain",
-                        help="on SIGTERM: finish the messages held (drain), or die at once (kill)")
+    parser.add_argument("--scale-in", choices=("drain", "kill", "release"), default="drain",
+                        help="on SIGTERM: finish the messages held (drain), die at once (kill), or make them "
+                             "visible again at once and stop (release)")
     parser.add_argument("--visibility-timeout", type=int, default=30,
                         help="seconds a received message stays invisible to other workers")
     args = parser.parse_args(argv)
@@ -148,6 +152,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     lock = threading.Lock()
     processed = [0]
     threads: list[threading.Thread] = []
+    # release: the messages being worked on, by id, and whether they were handed back (then no one deletes them).
+    held: dict[str, tuple[Any, Any, Any, float]] = {}
+    handed_back = [False]
 
     def work(message: Any, received: float) -> None:
         try:
@@ -156,6 +163,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             body = {}
         number, sent = body.get("n"), body.get("sent")
         time.sleep(draw())  # the work; a SIGTERM now lets it finish (drain)
+        with lock:
+            if handed_back[0]:
+                return  # released on SIGTERM: another delivery owns it now (the daemon thread ends with us)
+            held.pop(message.id, None)
         try:
             client.delete_message(message)
         except AzureError as exc:
@@ -175,8 +186,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.getppid() != parent:
             events.say("orphaned")
             break
-        slots.acquire()
-        slots.release()  # wait for one free slot, then take as many messages as there are free slots
+        # Wait for one free slot, then take as many messages as there are free slots; a SIGTERM ends the wait
+        # (release hands the messages back now, not after the work in hand).
+        while not slots.acquire(timeout=IDLE_WAIT):
+            if stopping.is_set():
+                break
+        else:
+            slots.release()
+        if stopping.is_set():
+            break
         with lock:
             wanted = free[0]
         try:
@@ -201,15 +219,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                 body = {}
             events.say("received", message=body.get("n"), sent=body.get("sent"), received=received,
                        dequeue_count=message.dequeue_count)
+            with lock:
+                held[message.id] = (message, body.get("n"), body.get("sent"), received)
             thread = threading.Thread(target=work, args=(message, received), daemon=True)
             thread.start()
             threads.append(thread)
         threads = [t for t in threads if t.is_alive()]
-    for thread in threads:
-        thread.join()
+    if args.scale_in == "release" and stopping.is_set():
+        _release(client, held, handed_back, lock, events)
+    else:
+        for thread in threads:
+            thread.join()
     events.say("stopped", processed=processed[0])
     client.close()
     return 0
+
+
+def _release(client: Any, held: dict[str, tuple[Any, Any, Any, float]], handed_back: list[bool],
+             lock: threading.Lock, events: _Events) -> None:
+    """Make every message still being worked on visible again at once, so a stopped worker's messages wait
+    seconds for another worker instead of their visibility timeout. Their work is lost, as with a kill."""
+    from azure.core.exceptions import AzureError
+
+    with lock:
+        handed_back[0] = True
+        holding = list(held.values())
+    for message, number, sent, received in holding:
+        try:
+            client.update_message(message, visibility_timeout=0)
+        except AzureError as exc:  # its visibility ran out already, or the queue is gone: nothing left to hand back
+            events.say("error", error=type(exc).__name__)
+        else:
+            events.say("released", message=number, sent=sent, received=received, released=time.time())
 
 
 def _spawned_at() -> float:

@@ -79,7 +79,7 @@ class Workers:
     startup_delay: float = 30.0
     service_time: ServiceTime = ServiceTime("constant", 1.0)
     concurrency: int = 1
-    scale_in: Literal["kill", "drain"] = "kill"
+    scale_in: Literal["kill", "drain", "release"] = "kill"
     termination_grace_period: float = 30.0
     max_replicas: int = 100
     initial_replicas: int = 0
@@ -288,7 +288,7 @@ def _parse_workers(f: Fields) -> Workers:
         startup_delay=_seconds(f, "startupDelay", 30.0),
         service_time=_parse_service_time(f, "serviceTime"),
         concurrency=f.integer("concurrency", 1, minimum=1, maximum=10_000),
-        scale_in=f.choice("scaleIn", ("kill", "drain"), "kill"),
+        scale_in=f.choice("scaleIn", ("kill", "drain", "release"), "kill"),
         termination_grace_period=_seconds(f, "terminationGracePeriod", 30.0),
         max_replicas=max_replicas,
         initial_replicas=f.integer("initialReplicas", 0, minimum=0, maximum=max_replicas),

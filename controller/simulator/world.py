@@ -5,7 +5,8 @@ the same for 1 message or 10,000. Azure semantics kept:
 
 - the approximate count includes invisible messages: delayed ones, and dequeued ones being processed;
 - a dequeued message is invisible for the visibility timeout; a message whose processing outlasts it reappears
-  and is delivered again (the first worker's delete then fails), and so does one whose worker was killed;
+  and is delivered again (the first worker's delete then fails), and so does one whose worker was killed (at
+  once when the worker released it as it stopped: `scaleIn: release`);
 - a message expires `ttl` after it was put, unless it is being processed;
 - every delivery after the first is a duplicate (dequeue count > 1).
 
@@ -243,21 +244,25 @@ class World:
         self.scale_ins += 1
         if self.workers.scale_in == "kill":
             self._kill(share, t)
+        elif self.workers.scale_in == "release":
+            self._kill(share, t, released=True)
         elif share:
             grace = math.ceil(self.workers.termination_grace_period)
             count = sum(g[0] for groups in share.values() for g in groups)
             self.drains.append(DrainGroup(pods=pods, deadline=t + grace, buckets=share, count=count,
                                           scale_in=self.scale_ins))
 
-    def _kill(self, buckets: dict[int, list[InFlight]], t: int) -> None:
-        """Killed work is lost; the messages reappear when their visibility timeout ends, and are delivered again."""
+    def _kill(self, buckets: dict[int, list[InFlight]], t: int, *, released: bool = False) -> None:
+        """Killed work is lost; the messages reappear when their visibility timeout ends, and are delivered again.
+        `released`: the worker made them visible again as it stopped (Update Message, visibilitytimeout=0), so
+        they reappear at once; the work done on them is lost all the same."""
         for step, groups in buckets.items():
             for n, dequeued, enqueued, delivery, deletes in groups:
                 self.tally.busy_slot_seconds -= n * max(0, step - t)
                 if not deletes:
                     continue  # a copy is already queued: its visibility ran out during processing
                 self.in_flight_counted -= n
-                self._requeue(enqueued, n, delivery, max(t, dequeued + self.visibility_timeout))
+                self._requeue(enqueued, n, delivery, t if released else max(t, dequeued + self.visibility_timeout))
 
     def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int) -> None:
         expires = enqueued + self.ttl if self.ttl is not None else math.inf

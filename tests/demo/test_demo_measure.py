@@ -111,6 +111,16 @@ def test_a_killed_delivery_makes_its_message_visible_again_after_the_visibility_
     assert metrics.slo_violation_seconds == 18  # seconds 12 .. 29: visible, and older than the 10 s objective
 
 
+def test_a_released_delivery_makes_its_message_visible_again_when_its_worker_released_it() -> None:
+    # Received at 2 by a worker stopped (scaleIn release) at 4, which handed it back: visible again at 4, not 12.
+    sent = (SentMessage(0, T0),)
+    deliveries = (Delivery(0, 7, T0 + 2, 1, None, released=T0 + 4), Delivery(0, 8, T0 + 6, 2, T0 + 7, True))
+    ages = oldest_ages(record(sent=sent, deliveries=deliveries, processes=(Lifetime(7, T0, T0 + 4),)))
+    assert ages[2:4] == [0.0, 0.0]
+    assert ages[4] == 4.5 and ages[5] == 5.5  # visible from the release until delivered again at 6
+    assert ages[6:] == [0.0] * (len(ages) - 6)
+
+
 def test_work_that_outlasts_the_visibility_timeout_leaves_its_message_visible_only_until_its_delete() -> None:
     # Received at 2, visible again at 12, deleted (successfully: no one took it meanwhile) at 15. A live ramp-kill
     # run once counted it visible until the end of the run: an oldest age of 175 s where no message waited 24 s.
@@ -182,6 +192,10 @@ def test_the_worker_logs_become_deliveries_matched_to_their_ends(tmp_path: Path)
         {"event": "lost", "replica": "1", "pid": 11, "message": 5, "sent": 9.5, "received": 10.0, "done": 12.0},
         {"event": "received", "replica": "1", "pid": 11, "message": 6, "sent": 9.7, "received": 10.5,
          "dequeue_count": 1},
+        {"event": "received", "replica": "1", "pid": 11, "message": 7, "sent": 9.8, "received": 10.6,
+         "dequeue_count": 1},
+        {"event": "released", "replica": "1", "pid": 11, "message": 7, "sent": 9.8, "received": 10.6,
+         "released": 13.0},
     ]
     (tmp_path / "worker-1.log").write_text("\n".join(json.dumps(line) for line in lines) + "\nTraceback...\n")
     deliveries, ready = read_worker_logs(tmp_path)
@@ -190,4 +204,5 @@ def test_the_worker_logs_become_deliveries_matched_to_their_ends(tmp_path: Path)
         Delivery(4, 11, 10.0, 1, 11.0, True),
         Delivery(5, 11, 10.0, 2, 12.0, False),
         Delivery(6, 11, 10.5, 1, None, False),
+        Delivery(7, 11, 10.6, 1, None, False, released=13.0),
     ]

@@ -17,7 +17,7 @@ def _conserved(metrics: object) -> bool:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-@pytest.mark.parametrize("scale_in", ["kill", "drain"])
+@pytest.mark.parametrize("scale_in", ["kill", "drain", "release"])
 def test_every_arrival_ends_processed_expired_or_queued(seed: int, scale_in: str) -> None:
     sc = scenario(
         seed=seed,
@@ -164,3 +164,22 @@ def test_burst_reaction_times_are_measured_from_the_burst_start() -> None:
     short = run_scripted(sc, {40: 9}).metrics
     assert short.bursts[0].enough_capacity is None
     assert short.bursts_short_of_capacity == 1
+
+
+def _waits_after_scale_in(scale_in: str) -> tuple[int, float]:
+    """10 one-minute messages on 10 pods, 5 pods removed at 30 s: (duplicates, p99 wait)."""
+    sc = scenario(
+        duration=600,
+        queue={"visibilityTimeout": 120},
+        workers={"startupDelay": 0, "serviceTime": 60, "concurrency": 1, "scaleIn": scale_in,
+                 "initialReplicas": 10},
+        arrivals=[{"type": "burst", "at": 0, "messages": 10, "over": 1}],
+    )
+    m = run_scripted(sc, {30: 5}).metrics
+    return m.duplicate_deliveries, m.wait_p99
+
+
+def test_a_released_message_is_taken_again_when_a_pod_frees_not_after_its_visibility_timeout() -> None:
+    # kill: the 5 stopped messages reappear at 0 + 120 s; release: at 30 s, and the 5 pods left free up at 60 s.
+    assert _waits_after_scale_in("kill") == (5, 120)
+    assert _waits_after_scale_in("release") == (5, 60)
