@@ -346,7 +346,7 @@ def cold_start(spec: QueueScalerSpec, measured_startup: float | None = None) -> 
                      service=service, target_wait=policy.target_wait)
 
 
-def wait_objective(
+def cold_start_condition(
     spec: QueueScalerSpec, measured_startup: float | None, kept_ready: int
 ) -> tuple[bool, str, str] | None:
     """Whether `targetWaitSeconds` can be met by scaling up when work arrives: (fits, reason, message) for the

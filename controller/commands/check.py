@@ -37,7 +37,7 @@ from controller.model.rule import API_GROUP, KIND, QueueScaler
 from controller.model.secrets import SecretUnavailable
 from controller.model.textfmt import duration, plural
 from controller.net.http import Fetch, polling_client
-from controller.policy import Decision, decide, wait_objective
+from controller.policy import Decision, cold_start_condition, decide
 from controller.sources import build_source
 from controller.sources.base import SourceContext, guarded_poll
 
@@ -194,7 +194,7 @@ class RuleCheck:
     @property
     def cold_start(self) -> tuple[bool, str, str] | None:
         """The rule's ColdStart condition as the operator would write it (start-up as stated: nothing measured)."""
-        return wait_objective(self.rule.spec, None, self.decision.bounds.minimum)
+        return cold_start_condition(self.rule.spec, None, self.decision.bounds.minimum)
 
     def lines(self, wide: bool = False) -> list[str]:
         out = [f"{self.rule.key}:"]

@@ -17,7 +17,7 @@ from controller.model.fields import FieldError
 from controller.model.readings import Reason
 from controller.model.rule import QueueScaler
 from controller.model.textfmt import duration
-from controller.policy import Decision, effective_bounds, wait_objective
+from controller.policy import Decision, cold_start_condition, effective_bounds
 from controller.reconciler import TickResult
 from controller.targets.base import TargetError
 
@@ -138,7 +138,7 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         _paused_condition(rule, now, prior),
     ]
     measured = status.get("startupSeconds")
-    outlook = wait_objective(rule.spec, measured if isinstance(measured, (int, float)) else None,
+    outlook = cold_start_condition(rule.spec, measured if isinstance(measured, (int, float)) else None,
                              effective_bounds(rule.spec, result.time).minimum)
     if outlook is not None:
         met, reason, message = outlook

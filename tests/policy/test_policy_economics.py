@@ -14,7 +14,7 @@ from benchmarks.policy_suite import HOLDOUT, our_rule
 from controller.model.fields import SpecError
 from controller.model.readings import Reason, ScalingMemory
 from controller.model.rule import QueueScaler
-from controller.policy import decide, scale_down_delay, scale_to_zero_delay, sizing, startup_time, wait_objective
+from controller.policy import cold_start_condition, decide, scale_down_delay, scale_to_zero_delay, sizing, startup_time
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, load_scenario
@@ -165,26 +165,26 @@ MOSAIC = {"targetWaitSeconds": 30, "serviceTime": "500ms", "startupTime": "20s"}
 
 def test_an_objective_shorter_than_a_cold_start_is_said_to_need_replicas_kept_ready() -> None:
     # 10 s poll + 20 s start-up + 0.5 s service = 30.5 s > 30 s: a burst on idle capacity misses it.
-    met, reason, message = wait_objective(make_spec(policy=MOSAIC), None, kept_ready=0) or (True, "", "")
+    met, reason, message = cold_start_condition(make_spec(policy=MOSAIC), None, kept_ready=0) or (True, "", "")
     assert (met, reason) == (False, "ColdStartTooSlow")
     assert "a poll (10s), a start-up (20s) and one serviceTime (0.5s): 30.5s, more than targetWaitSeconds 30s" \
         in message
     assert "keep replicas ready (minReplicas or a schedule)" in message
-    kept = wait_objective(make_spec(policy=MOSAIC), None, kept_ready=10)
+    kept = cold_start_condition(make_spec(policy=MOSAIC), None, kept_ready=10)
     assert kept is not None and kept[:2] == (True, "ReplicasKeptReady") and kept[2].startswith("10 replicas kept")
 
 
 def test_a_cold_start_within_the_objective_fits_and_the_measured_startup_counts() -> None:
     relaxed = make_spec(policy={**MOSAIC, "targetWaitSeconds": 60})
-    assert (wait_objective(relaxed, None, kept_ready=0) or (False, ""))[:2] == (True, "ColdStartFits")
+    assert (cold_start_condition(relaxed, None, kept_ready=0) or (False, ""))[:2] == (True, "ColdStartFits")
     unstated = make_spec(policy={"targetWaitSeconds": 30, "serviceTime": "500ms"})
-    measured = wait_objective(unstated, 15.0, kept_ready=0)
+    measured = cold_start_condition(unstated, 15.0, kept_ready=0)
     assert measured is not None and measured[:2] == (True, "ColdStartFits") and "a start-up (15s)" in measured[2]
-    assumed = wait_objective(unstated, None, kept_ready=0)  # 10 + 30 (assumed) + 0.5 > 30
+    assumed = cold_start_condition(unstated, None, kept_ready=0)  # 10 + 30 (assumed) + 0.5 > 30
     assert assumed is not None and assumed[:2] == (False, "ColdStartTooSlow")
     assert "a start-up (30s (assumed: state startupTime))" in assumed[2]
 
 
 def test_rules_without_a_wait_objective_are_told_nothing() -> None:
-    assert wait_objective(make_spec(policy={"targetPerReplica": 5}), None, kept_ready=0) is None
-    assert wait_objective(make_spec(policy={"serviceTime": "1s"}), None, kept_ready=0) is None
+    assert cold_start_condition(make_spec(policy={"targetPerReplica": 5}), None, kept_ready=0) is None
+    assert cold_start_condition(make_spec(policy={"serviceTime": "1s"}), None, kept_ready=0) is None
