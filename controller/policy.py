@@ -336,11 +336,10 @@ class ColdStart:
 def cold_start(spec: QueueScalerSpec, measured_startup: float | None = None) -> ColdStart | None:
     """The cold start of `spec`, or None where the rule states no wait objective or no service time."""
     policy = spec.policy
-    service = policy.service_time
-    if service is None and policy.throughput_per_replica is not None:
-        service = (policy.messages_per_replica or 1) / policy.throughput_per_replica
-    if policy.target_wait is None or service is None:
+    throughput = stated_throughput(spec)
+    if policy.target_wait is None or throughput is None:
         return None
+    service = (policy.messages_per_replica or 1) / throughput
     known = any(v is not None for v in (policy.startup_time, measured_startup, policy.lookahead))
     return ColdStart(poll=spec.polling_interval, startup=startup_time(spec, measured_startup), startup_known=known,
                      service=service, target_wait=policy.target_wait)

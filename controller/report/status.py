@@ -138,8 +138,10 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         _paused_condition(rule, now, prior),
     ]
     measured = status.get("startupSeconds")
+    # The decision's bounds where there is one: the schedules are read once per tick.
+    bounds = decision.bounds if decision is not None else effective_bounds(rule.spec, result.time)
     outlook = cold_start_condition(rule.spec, measured if isinstance(measured, (int, float)) else None,
-                             effective_bounds(rule.spec, result.time).minimum)
+                                   bounds.minimum)
     if outlook is not None:
         met, reason, message = outlook
         status["conditions"].append(
