@@ -202,11 +202,12 @@ async def test_a_kind_no_longer_served_404_means_no_rules_as_after_a_crd_deletio
     await until("two rules", lambda: len(running.rules) == 2)
     kube_client.ApiextensionsV1Api(api).delete_custom_resource_definition(CRD["metadata"]["name"])
     await until("the kind no longer served", lambda: not_served(api))
-    # Today's fake neither deletes the objects of a deleted CRD nor ends its open watches; the real server ends them
-    # when it tears the kind's storage down (crdHandler.tearDown): drop them as it would.
+    # The real server ends open watches when it tears the kind's storage down (crdHandler.tearDown): drop them as it
+    # would. The fake deletes the objects first, with DELETED events, so the rules may be gone before the relist:
+    # wait for the relist's empty sync itself (a CI run read `synced` between the two).
     fake_kube.drop_watches()
-    await until("no rules left", lambda: running.rules == {})
-    assert running.handler.synced[-1] == (None, [])
+    await until("the 404 relist's empty sync", lambda: running.handler.synced[-1] == (None, []))
+    assert running.rules == {}
     await until("the 404 counted", lambda: "NotFound" in running.errors)
     assert "QueueScalers are not served in all namespaces" in caplog.text
     assert set(running.errors) <= {"NotFound", "Disconnected"}
