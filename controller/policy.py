@@ -287,6 +287,10 @@ DEFAULT_SCALE_TO_ZERO_DELAY = 300.0
 # the simulator on the built-in scenarios (docs/benchmarks.md).
 DRAIN_SHARE_OF_TARGET_WAIT = 0.5
 DEFAULT_DRAIN_TIME = 60.0
+# Capacity released sooner than the defaults (a scale-in of workers that drain, a scale to zero, where a cold
+# start fits) is still kept until this many polls in a row found it unneeded: one poll's dip does not stop a
+# replica the next poll wants back.
+UNNEEDED_POLLS = 2
 
 
 @dataclass(frozen=True)
@@ -395,24 +399,30 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     cold_budget = cold.target_wait - (sizing(spec, measured_startup).drain_time or 0.0)
     if cold.wait > cold_budget:
         return DEFAULT_SCALE_TO_ZERO_DELAY
-    return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(2 * spec.polling_interval, cold.startup))
+    return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(UNNEEDED_POLLS * spec.polling_interval, cold.startup))
 
 
-def scale_down_delay(spec: QueueScalerSpec, size: Sizing) -> float:
+def scale_down_delay(spec: QueueScalerSpec, size: Sizing, measured_startup: float | None = None) -> float:
     """How long capacity must be unneeded before it is released: the rule's `scaleDown.delay`, else derived.
 
-    A scale-in may stop a replica in the middle of a message (a ReplicaSet cannot tell busy pods from idle ones);
-    the message comes back only when its visibility timeout ends, which a worker sets longer than a job. Where one
-    service time (at the throughput the sizing trusts) is longer than what the drain time leaves of
-    `targetWaitSeconds`, every message so stopped misses the objective, so capacity is kept until the jobs
-    running when the need fell could have finished: one service time. Otherwise (short jobs, count mode, no wait
-    objective) 2 minutes.
+    A scale-in may stop a replica in the middle of a message (a ReplicaSet cannot tell busy pods from idle ones).
+    Workers that drain (`onScaleIn: drain`) finish it first, so a scale-in destroys nothing, and where a cold
+    start (a poll, the start-up, one service time) fits in `targetWaitSeconds` a replica released too soon can
+    be started again in time: idle capacity buys nothing, and is kept only until two polls in a row found it
+    unneeded, so one poll's dip does not stop a replica the next poll wants back. Otherwise a stopped message
+    comes back only when its visibility timeout ends, which a worker sets longer than a job: where one service
+    time (at the throughput the sizing trusts) is longer than what the drain time leaves of `targetWaitSeconds`,
+    every message so stopped misses the objective, so capacity is kept until the jobs running when the need fell
+    could have finished: one service time. Otherwise (short jobs, count mode, no wait objective) 2 minutes.
     """
     policy = spec.policy
     if policy.scale_down.delay is not None:
         return policy.scale_down.delay
     if size.throughput is None or size.drain_time is None or policy.target_wait is None:
         return DEFAULT_SCALE_DOWN_DELAY
+    cold = cold_start(spec, measured_startup)
+    if policy.on_scale_in == "drain" and cold is not None and cold.wait <= cold.target_wait:
+        return UNNEEDED_POLLS * spec.polling_interval
     service = (size.per_replica or 1) / size.throughput
     if service > policy.target_wait - size.drain_time:
         return max(DEFAULT_SCALE_DOWN_DELAY, service)
@@ -630,7 +640,7 @@ def _on_count(
     else:
         recommended = max(recommended, 1)
 
-    release_delay = scale_down_delay(spec, size)
+    release_delay = scale_down_delay(spec, size, measured_startup)
     memory = _remember(memory, spec, now, recommended, inactive_since, release_delay)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)

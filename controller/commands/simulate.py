@@ -61,8 +61,8 @@ def default_rule(scenario: Scenario) -> QueueScaler:
     """The rule used when none is given: the latency-first policy, told what the scenario says a user knows.
 
     `targetWaitSeconds` is the scenario's SLO, `serviceTime` the mean service time, `messagesPerReplica` the
-    pods' concurrency and `lookahead` their start-up delay; everything else is the policy's defaults
-    (docs/policy.md).
+    pods' concurrency, `lookahead` their start-up delay and `onScaleIn` what they do when a scale-in stops them;
+    everything else is the policy's defaults (docs/policy.md).
     """
     workers = scenario.workers
     # One source per queue of the scenario (their counts summed), each named after its queue.
@@ -84,6 +84,7 @@ def default_rule(scenario: Scenario) -> QueueScaler:
                 "serviceTime": workers.service_time.average,
                 "messagesPerReplica": workers.concurrency,
                 "lookahead": workers.startup_delay,
+                "onScaleIn": workers.scale_in,
             },
         },
     }

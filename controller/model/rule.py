@@ -43,6 +43,7 @@ Aggregation = Literal["sum", "max"]
 StepType = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
 FallbackMode = Literal["hold", "fixed"]
+ScaleInAction = Literal["kill", "drain", "release"]
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 # --------------------------------------------------------------------------------------------------------------
@@ -111,6 +112,9 @@ class Policy:
     scale_to_zero_delay: float | None = None  # unset: derived (controller.policy.scale_to_zero_delay)
     scale_up: DirectionPolicy = DEFAULT_SCALE_UP
     scale_down: DirectionPolicy = DEFAULT_SCALE_DOWN
+    # What a worker does when a scale-in stops it: dies with its messages (kill, assumed when unknown), finishes
+    # them first (drain), or hands them back (release). A scale-in that destroys nothing can come sooner.
+    on_scale_in: ScaleInAction = "kill"
 
     @property
     def learns_throughput(self) -> bool:
@@ -291,13 +295,22 @@ STABILIZATION_WINDOW = Duration("stabilizationWindow", default=DirectionPolicy.s
                                 doc="go up only to the lowest recommendation of this window")
 SCALE_DOWN_DELAY = Duration(
     "delay",
-    description="Release capacity once unneeded this long, in one step. Default 2m, or in rate mode with "
-                "targetWaitSeconds, when one serviceTime is longer than what drainTime leaves of it, one "
-                "serviceTime; no schema default so it can be derived.",
+    description="Release capacity once unneeded this long, in one step. Default 2m; in rate mode with "
+                "targetWaitSeconds, two polls when onScaleIn is drain and a cold start fits in targetWaitSeconds, "
+                "else one serviceTime when it is longer than what drainTime leaves of it; no schema default so it "
+                "can be derived.",
     doc="release capacity only once unneeded this long, then in one step to the most this time asked for; "
-        "unset: 2m, or in rate mode with `targetWaitSeconds`, when one `serviceTime` is longer than what "
-        "`drainTime` leaves of it, one `serviceTime` (a job stopped by a scale-in would then miss the objective; "
-        "see [policy.md](policy.md))")
+        "unset: 2m, or in rate mode with `targetWaitSeconds`: two polling intervals when `onScaleIn` is `drain` "
+        "and a poll plus the start-up plus one `serviceTime` fit in `targetWaitSeconds` (a released replica can "
+        "be started again in time, and stops nothing), else one `serviceTime` when it is longer than what "
+        "`drainTime` leaves of it (a job stopped by a scale-in would then miss the objective; see "
+        "[policy.md](policy.md))")
+ON_SCALE_IN: Choice[ScaleInAction] = Choice(
+    "onScaleIn", choices=get_args(ScaleInAction), default=Policy.on_scale_in,
+    doc="what a worker does when a scale-in stops it (SIGTERM): `kill`, it dies and its messages wait out their "
+        "visibility timeout (assumed: the worst case); `drain`, it takes no new message and finishes the ones it "
+        "holds within `terminationGracePeriodSeconds`; `release`, it makes them visible again at once. With "
+        "`drain`, capacity is released sooner (`scaleDown.delay`)")
 SCALE_UP = Object("scaleUp", defaulted=True, fields=(COOLDOWN, STABILIZATION_WINDOW, STEP_POLICIES, SELECT_POLICY),
                   doc="limits on going up")
 # scaleDown's fields are scaleUp's, but for the words of the reference, and delay.
@@ -314,7 +327,7 @@ POLICY = Object(
     "policy", defaulted=True, doc="how a count becomes a replica count (below)",
     fields=(TARGET_WAIT, SERVICE_TIME, MESSAGES_PER_REPLICA, TARGET_PER_REPLICA, ACTIVATION_THRESHOLD, TOLERANCE,
             LOOKAHEAD, TREND_WINDOW, THROUGHPUT_PER_REPLICA, DRAIN_TIME, STARTUP_TIME, SCALE_TO_ZERO_DELAY, SCALE_UP,
-            SCALE_DOWN),
+            SCALE_DOWN, ON_SCALE_IN),
     rules=(Rule("!(has(self.serviceTime) && has(self.throughputPerReplica))",
                 "serviceTime cannot be combined with throughputPerReplica: give one of them", ".serviceTime"),
            Rule("!has(self.targetWaitSeconds) || has(self.serviceTime) || has(self.throughputPerReplica)",
@@ -451,6 +464,7 @@ def _parse_policy(f: Fields) -> Policy:
         scale_to_zero_delay=f.optional_duration(SCALE_TO_ZERO_DELAY),
         scale_up=_parse_direction(f.child(SCALE_UP)),
         scale_down=_parse_direction(f.child(SCALE_DOWN), allow_delay=True),
+        on_scale_in=f.choice(ON_SCALE_IN),
     )
     if policy.service_time is not None and policy.throughput_per_replica is not None:
         f.error("serviceTime", "cannot be combined with throughputPerReplica: give one of them")

@@ -154,6 +154,74 @@ def test_holding_for_a_job_stops_fewer_jobs_in_the_held_out_long_batch() -> None
     assert derived.duplicate_deliveries * 5 < two_minutes.duplicate_deliveries
 
 
+# Workers that drain on SIGTERM (onScaleIn: drain): a scale-in stops nothing, and with a cold start within the
+# objective (10 s poll + 20 s start-up + 2 s service = 32 s <= 60 s) a replica released too soon is back in time.
+DRAINING = {"targetWaitSeconds": 60, "serviceTime": "2s", "startupTime": "20s", "onScaleIn": "drain"}
+
+
+def test_workers_that_drain_release_capacity_after_two_polls_when_a_cold_start_fits() -> None:
+    spec = make_spec(policy=DRAINING)
+    assert spec.policy.on_scale_in == "drain"
+    assert scale_down_delay(spec, sizing(spec)) == 20.0  # two 10 s polls
+    assert scale_down_delay(spec, sizing(spec), measured_startup=5.0) == 20.0  # the rule's startupTime wins
+    # Polling every 30 s, two polls are a minute.
+    slow_polls = make_spec(pollingInterval=30, policy=DRAINING)
+    assert scale_down_delay(slow_polls, sizing(slow_polls)) == 60.0
+    run = Run(spec, current=1, memory=ScalingMemory(last_scale_up=-600.0))
+    wanted = run.tick(0, 300).desired  # a backlog of 300
+    assert wanted > 10
+    first = run.tick(10, 2)  # drained: one poll has found all but two of them unneeded
+    assert first.desired == wanted and "unneeded for less than the scale-down delay 20s" in first.message
+    assert run.tick(20, 2).desired == wanted  # what t=0 recommended lasted until t=10: within the last 20 s
+    released = run.tick(30, 2)
+    assert (released.desired, released.reason) == (2, Reason.SCALED_DOWN)  # two in flight, in one step
+
+
+def test_draining_workers_keep_the_default_delay_where_a_cold_start_misses_or_no_objective_is_stated() -> None:
+    # 10 s poll + 60 s start-up + 2 s service = 72 s > 60 s: a released replica could not come back in time.
+    slow_start = make_spec(policy={**DRAINING, "startupTime": "60s"})
+    assert scale_down_delay(slow_start, sizing(slow_start)) == 120.0
+    # Unstated start-up, measured by the operator: 10 + 55 + 2 > 60, then 10 + 40 + 2 <= 60.
+    unstated = make_spec(policy={k: v for k, v in DRAINING.items() if k != "startupTime"})
+    assert scale_down_delay(unstated, sizing(unstated), measured_startup=55.0) == 120.0
+    assert scale_down_delay(unstated, sizing(unstated), measured_startup=40.0) == 20.0
+    count = make_spec(policy={"targetPerReplica": 5, "onScaleIn": "drain"})
+    assert scale_down_delay(count, sizing(count)) == 120.0
+    stated = make_spec(policy={**DRAINING, "scaleDown": {"delay": "5m"}})
+    assert scale_down_delay(stated, sizing(stated)) == 300.0
+
+
+def test_workers_that_are_killed_or_release_keep_the_delays_of_lost_work() -> None:
+    for action in ("kill", "release"):
+        spec = make_spec(policy={**DRAINING, "onScaleIn": action})
+        assert scale_down_delay(spec, sizing(spec)) == 120.0, action
+        long_jobs = make_spec(policy={**LONG_JOBS, "onScaleIn": action})
+        assert scale_down_delay(long_jobs, sizing(long_jobs)) == 1200.0, action
+    # Long jobs that drain lose nothing on scale-in: 10 + 60 + 1200 s <= 30 minutes, so two polls.
+    long_drained = make_spec(policy={**LONG_JOBS, "onScaleIn": "drain"})
+    assert scale_down_delay(long_drained, sizing(long_drained)) == 20.0
+    assert make_spec(policy=RATE).policy.on_scale_in == "kill"  # unknown: the worst case
+
+
+def test_on_scale_in_is_checked() -> None:
+    with pytest.raises(SpecError) as caught:
+        make_spec(policy={**DRAINING, "onScaleIn": "finish"})
+    assert "policy.onScaleIn" in str(caught.value) and "drain" in str(caught.value)
+
+
+def test_draining_workers_cost_less_for_the_same_objective_in_the_simulator() -> None:
+    # The built-in checkout-outage (pods drain on scale-in, cold start 10 + 30 + 3 s within its 60 s objective):
+    # the rule told its workers drain against the same rule assuming the worst.
+    sc = load_scenario("checkout-outage")
+    rule = our_rule(sc)
+    assert rule.spec.policy.on_scale_in == "drain"  # the simulator's rule is told what the scenario's pods do
+    drained = _run(sc, rule)
+    killed = _run(sc, replace(rule, spec=replace(rule.spec, policy=replace(rule.spec.policy, on_scale_in="kill"))))
+    assert drained.wait_p99 <= sc.slo_wait
+    assert drained.worker_seconds < 0.95 * killed.worker_seconds
+    assert drained.duplicate_deliveries == killed.duplicate_deliveries == 0
+
+
 def _run(sc: Scenario, rule: QueueScaler) -> Metrics:
     return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0].metrics
 

@@ -29,8 +29,10 @@ ADDED_LATER = {"outage_replicas_min", "outage_replicas_max", "outages"}
 GOLDEN = {
     "flash-crowd": "25e9449e7546723128f0ff47656d11bc811e23ac9dc2b547f82fca8cc0a9ce50",
     # Changed by issue 18: the default rule (targetWaitSeconds 1h, a 30 s cold start) now goes to zero after 30 s
-    # inactive instead of 5 minutes (policy.scale_to_zero_delay).
-    "nightly-batch": "9c0a6d89ab062ff99547e36eb2d570404a7a2f7f4f8f39c059aca5fd8d8ecb23",
+    # inactive instead of 5 minutes (policy.scale_to_zero_delay); and its pods drain on scale-in, which the default
+    # rule is now told (onScaleIn: drain), so capacity two polls found unneeded is released
+    # (policy.scale_down_delay) instead of after 2 minutes.
+    "nightly-batch": "b9ea5ead99a4f6a02a0bd5e24c666cddae66e893bbfba6812c23f6a19985605d",
 }
 
 
