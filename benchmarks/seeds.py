@@ -1,0 +1,176 @@
+"""Seeds: how often each verdict of the policy benchmark holds when only the random draws change.
+
+benchmarks/policy_suite.py runs every scenario once, with the seed its file states; a p99 within a few seconds of
+the objective, or a KEDA setting picked as the cheapest meeting it, may then be the luck of that seed. This runs
+each scenario again with other seeds (seed + 1000 k, k = 0 .. --seeds - 1; k = 0 is the suite's own run): same
+shape, other arrivals and service times. For each it counts the seeds on which queuescale meets the objective, told
+serviceTime x1, x0.5 and x2, and on which the KEDA setting the suite picked (tuned on seed k = 0) still meets it;
+and it sets queuescale's worker-seconds against KEDA tuned again on each seed (the cheapest setting of the same
+sweep meeting the objective on that seed: an oracle per seed).
+
+    .venv/bin/python -m benchmarks.seeds [--seeds 5] [--scenario NAME ...] [--jobs 2] [--markdown docs/seeds.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from benchmarks.policy_suite import HOLDOUT, ROOT, SERVICE_TIME_FACTORS, contenders, keda_setting, named_scenario
+from controller.simulator.run import simulate
+from controller.simulator.scenario import Scenario, library
+
+SEED_STEP = 1000  # seed k of a scenario is its own seed + SEED_STEP x k
+
+
+def seeded(scenario: Scenario, k: int) -> Scenario:
+    """The scenario with its k-th seed (k = 0: the seed its file states)."""
+    return scenario if k == 0 else replace(scenario, seed=scenario.seed + SEED_STEP * k)
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """One seed of one scenario: queuescale's p99 told serviceTime x each factor, its worker-seconds (x1), and
+    each KEDA setting's (p99, worker-seconds)."""
+
+    k: int
+    ours: dict[float, float]  # serviceTime factor -> p99 wait
+    ours_worker_seconds: float
+    keda: dict[str, tuple[float, float]]  # label -> (p99 wait, worker-seconds)
+
+
+def run_seed(name: str, k: int) -> SeedRun:
+    scenario = seeded(named_scenario(name), k)
+    results = {r.label: r.metrics for r in simulate(scenario, contenders(scenario, SERVICE_TIME_FACTORS))}
+    ours = {1.0: results["queuescale"].wait_p99}
+    ours.update({f: results[f"queuescale-st{f:g}"].wait_p99 for f in SERVICE_TIME_FACTORS})
+    keda = {label: (m.wait_p99, m.worker_seconds) for label, m in results.items() if label.startswith("keda-")}
+    return SeedRun(k, ours, results["queuescale"].worker_seconds, keda)
+
+
+def tuned(run: SeedRun, slo: float) -> str | None:
+    """The cheapest KEDA setting meeting `slo` on this seed, or None."""
+    meeting = [(cost, label) for label, (p99, cost) in run.keda.items() if p99 <= slo]
+    return min(meeting)[1] if meeting else None
+
+
+@dataclass(frozen=True)
+class Spread:
+    """What the seeds of one scenario show."""
+
+    scenario: str
+    slo: float
+    seeds: int
+    met: dict[float, int]  # serviceTime factor -> seeds on which queuescale meets the SLO
+    p99: dict[float, tuple[float, float]]  # factor -> (lowest, highest) p99 over the seeds
+    setting: str | None  # the KEDA setting tuned on seed 0
+    setting_met: int  # seeds on which that setting meets the SLO
+    keda_met: int  # seeds on which some KEDA setting meets it
+    ratios: tuple[float, ...]  # ours / KEDA re-tuned, on the seeds where some setting meets it
+
+
+def spread(name: str, slo: float, runs: Sequence[SeedRun]) -> Spread:
+    runs = sorted(runs, key=lambda r: r.k)
+    factors = list(runs[0].ours)
+    setting = tuned(runs[0], slo)
+    ratios = []
+    for run in runs:
+        best = tuned(run, slo)
+        if best is not None:
+            ratios.append(run.ours_worker_seconds / run.keda[best][1])
+    return Spread(
+        scenario=name, slo=slo, seeds=len(runs),
+        met={f: sum(r.ours[f] <= slo for r in runs) for f in factors},
+        p99={f: (min(r.ours[f] for r in runs), max(r.ours[f] for r in runs)) for f in factors},
+        setting=setting,
+        setting_met=0 if setting is None else sum(r.keda[setting][0] <= slo for r in runs),
+        keda_met=sum(tuned(r, slo) is not None for r in runs),
+        ratios=tuple(ratios),
+    )
+
+
+HEADER = ("scenario", "SLO s", "ours meets (x1 / x0.5 / x2)", "our p99 s at x1", "KEDA tuned on seed 0 meets",
+          "ours / KEDA re-tuned per seed")
+
+
+def cells(s: Spread) -> tuple[str, ...]:
+    met = " / ".join(f"{s.met[f]}/{s.seeds}" for f in s.met)
+    low, high = s.p99[1.0]
+    p99 = f"{low:.0f}" if low == high else f"{low:.0f}-{high:.0f}"
+    setting = "no setting meets" if s.setting is None else f"{s.setting_met}/{s.seeds} ({keda_setting(s.setting)})"
+    if not s.ratios:
+        ratio = "no setting meets on any seed"
+    else:
+        ratio = f"{statistics.median(s.ratios):.2f}x ({min(s.ratios):.2f}-{max(s.ratios):.2f})"
+        if len(s.ratios) < s.seeds:
+            ratio += f" on the {len(s.ratios)} seeds some setting meets"
+    return s.scenario, f"{s.slo:g}", met, p99, setting, ratio
+
+
+def totals(spreads: Sequence[Spread]) -> str:
+    runs = sum(s.seeds for s in spreads)
+    met = " / ".join(f"{sum(s.met[f] for s in spreads)}" for f in spreads[0].met)
+    return f"queuescale meets the objective in {met} of {runs} runs (serviceTime x1 / x0.5 / x2)"
+
+
+def markdown(spreads: Sequence[Spread]) -> str:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cells(s)) + " |" for s in spreads]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--scenario", action="append", help="only these (names or files); default: all")
+    parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
+    parser.add_argument("--markdown", type=Path, help="write the table to this Markdown file")
+    args = parser.parse_args(argv)
+    names = args.scenario or [*sorted(library()), *(str(p.relative_to(ROOT)) for p in HOLDOUT)]
+    started = time.perf_counter()
+    tasks = [(name, k) for name in names for k in range(args.seeds)]
+    # Longest first: a long scenario started last keeps one process busy while the others idle.
+    tasks.sort(key=lambda task: -named_scenario(task[0]).duration)
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        done = list(pool.map(run_seed, *zip(*tasks, strict=True)))
+    by_name: dict[str, list[SeedRun]] = {}
+    for (name, _), run in zip(tasks, done, strict=True):
+        by_name.setdefault(name, []).append(run)
+    spreads = [spread(named_scenario(n).name, named_scenario(n).slo_wait, by_name[n]) for n in names]
+    elapsed = time.perf_counter() - started
+    table = markdown(spreads)
+    print(table)
+    print()
+    print(totals(spreads))
+    print(f"\n{len(names)} scenarios x {args.seeds} seeds in {elapsed:.0f} s ({args.jobs} processes)")
+    if args.markdown:
+        args.markdown.write_text("\n".join([
+            "# Policy benchmark over seeds",
+            "",
+            "Produced by:",
+            "",
+            f"    .venv/bin/python -m benchmarks.seeds --seeds {args.seeds} --markdown {args.markdown}",
+            "",
+            f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, in "
+            f"{elapsed:.0f} s with {args.jobs} processes. Each scenario of [benchmarks.md](benchmarks.md) run "
+            f"with {args.seeds} seeds (its own, then its own + {SEED_STEP} k): same shape, other draws. "
+            "A verdict the suite's one run shows but other seeds do not is the luck of that seed.",
+            "",
+            table,
+            "",
+            totals(spreads) + ".",
+            "",
+        ]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
