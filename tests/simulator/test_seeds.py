@@ -46,8 +46,15 @@ def test_the_spread_counts_the_objective_met_at_the_slo_and_tunes_keda_on_seed_z
     assert s.p99[1.0] == (40.0, 61.0)
     assert (s.setting, s.setting_met, s.keda_met) == ("keda-5", 1, 2)
     assert s.ratios == (0.8, 1.5)  # 80 / 100 on seed 0, 90 / 60 on seed 1; seed 2 has nothing to compare
+    assert s.steady is None  # no setting meets on seed 2
     assert cells(s) == ("x", "60", "2/3 / 1/3 / 3/3", "40-61", "1/3 (queueLength 5)",
-                        "1.15x (0.80-1.50) on the 2 seeds some setting meets")
+                        "1.15x (0.80-1.50) on the 2 seeds some setting meets", "no setting meets on every seed")
+    # Without seed 2, ql20 misses on seed 0 and ql5 on seed 1: still none meets on both.
+    assert spread("x", 60.0, runs[:2]).steady is None
+    # At an objective of 61 s ql5 meets on seeds 0 and 1 (and ql20 does not on seed 0): ours 170 / its 200.
+    both = spread("x", 61.0, runs[:2])
+    assert (both.steady, both.steady_ratio) == ("keda-5", 0.85)
+    assert cells(both)[-1] == "0.85x (queueLength 5)"
     assert totals([s, s]) == "queuescale meets the objective in 4 / 2 / 6 of 6 runs (serviceTime x1 / x0.5 / x2)"
 
 
@@ -55,4 +62,5 @@ def test_a_scenario_no_keda_setting_meets_says_so() -> None:
     runs = [_run(k, {1.0: 100.0}, 10.0, {"keda-5": (200.0, 5.0)}) for k in range(2)]
     s = spread("y", 120.0, runs)
     assert tuned(runs[0], 120.0) is None
-    assert cells(s)[2:] == ("2/2", "100", "no setting meets", "no setting meets on any seed")
+    assert cells(s)[2:] == ("2/2", "100", "no setting meets", "no setting meets on any seed",
+                            "no setting meets on every seed")
