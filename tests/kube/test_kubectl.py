@@ -298,6 +298,28 @@ def test_kubectl_wait_sees_a_cold_start_too_slow_for_the_objective(cluster: Clus
         cluster.kubectl("delete", "qs", "slow", "-n", NS)
 
 
+def test_kubectl_shows_what_the_rule_assumes_of_its_workers_on_scale_in_and_refuses_an_unknown_action(
+        cluster: Cluster) -> None:
+    # policy.onScaleIn defaults to kill (the worst case) when the rule says nothing: the API server writes the
+    # schema's default into the stored object (structural defaulting), so kubectl reads it back.
+    assumed = cluster.kubectl("get", "qs", RULE, "-n", NS, "-o", "jsonpath={.spec.policy.onScaleIn}")
+    assert assumed.stdout == "kill"
+    rule = another_rule(cluster.rule_manifest, "drains").replace(
+        "    targetPerReplica: 20         # messages waiting per replica\n",
+        "    targetPerReplica: 20\n    onScaleIn: finish\n")
+    assert "onScaleIn: finish" in rule
+    refused = cluster.kubectl("apply", "-f", "-", stdin=rule, check=False)
+    assert refused.returncode == 1
+    assert 'spec.policy.onScaleIn: Unsupported value: "finish": supported values: "kill", "drain", "release"' \
+        in refused.stderr, refused.stderr
+    try:
+        cluster.kubectl("apply", "-f", "-", stdin=rule.replace("onScaleIn: finish", "onScaleIn: drain"))
+        told = cluster.kubectl("get", "qs", "drains", "-n", NS, "-o", "jsonpath={.spec.policy.onScaleIn}")
+        assert told.stdout == "drain"
+    finally:
+        cluster.kubectl("delete", "qs", "drains", "-n", NS, "--ignore-not-found")
+
+
 def another_rule(manifest: str, name: str) -> str:
     """The example rule under another name and on a worker of its own, so it never competes with the first."""
     for old, new in ((f"name: {RULE}\n  namespace", f"name: {name}\n  namespace"),
