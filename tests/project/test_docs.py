@@ -455,3 +455,26 @@ def test_the_quickstart_applies_objects_a_cluster_accepts() -> None:
 
 def test_the_readme_links_the_quickstart() -> None:
     assert "](docs/quickstart.md)" in README
+
+
+def test_the_simulators_default_rule_is_the_one_docs_simulator_md_describes() -> None:
+    # The paragraph once described a count-mode rule with a gentle scale-down long after the code changed: every
+    # policy field the default rule sets, and only those, is named there with what it is set from.
+    from controller.commands.simulate import default_rule
+    from controller.simulator.scenario import library
+
+    text = (DOCS / "simulator.md").read_text()
+    paragraph = text[text.index("**Without `--policy`** the simulator runs"):].split("\n\n", 1)[0]
+    named = set(re.findall(r"`(\w+)`\s+=\s+`?[\w. ]+`?", paragraph))
+    checkout = library()["checkout-outage"]
+    rule = default_rule(checkout)
+    policy = rule.spec.policy
+    set_fields = {"targetWaitSeconds": policy.target_wait, "serviceTime": policy.service_time,
+                  "messagesPerReplica": policy.messages_per_replica, "lookahead": policy.lookahead,
+                  "onScaleIn": policy.on_scale_in, "maxReplicas": rule.spec.max_replicas}
+    assert named == set(set_fields), named
+    workers = checkout.workers
+    assert set_fields == {"targetWaitSeconds": checkout.slo_wait, "serviceTime": workers.service_time.average,
+                          "messagesPerReplica": workers.concurrency, "lookahead": workers.startup_delay,
+                          "onScaleIn": workers.scale_in, "maxReplicas": workers.max_replicas}
+    assert policy.target_per_replica is None and "targetPerReplica" not in paragraph
