@@ -415,18 +415,26 @@ def scale_down_delay(spec: QueueScalerSpec, size: Sizing, measured_startup: floa
     every message so stopped misses the objective, so capacity is kept until the jobs running when the need fell
     could have finished: one service time. Otherwise (short jobs, count mode, no wait objective) 2 minutes.
     """
+    return scale_down_delay_why(spec, size, measured_startup)[0]
+
+
+def scale_down_delay_why(
+    spec: QueueScalerSpec, size: Sizing, measured_startup: float | None = None
+) -> tuple[float, str]:
+    """`scale_down_delay` and why it is what it is, in words for `check`."""
     policy = spec.policy
     if policy.scale_down.delay is not None:
-        return policy.scale_down.delay
+        return policy.scale_down.delay, "stated"
     if size.throughput is None or size.drain_time is None or policy.target_wait is None:
-        return DEFAULT_SCALE_DOWN_DELAY
+        return DEFAULT_SCALE_DOWN_DELAY, "the default"
     cold = cold_start(spec, measured_startup)
     if policy.on_scale_in == "drain" and cold is not None and cold.wait <= cold.target_wait:
-        return UNNEEDED_POLLS * spec.polling_interval
+        return UNNEEDED_POLLS * spec.polling_interval, "two polls: workers drain, and a cold start fits the objective"
     service = (size.per_replica or 1) / size.throughput
     if service > policy.target_wait - size.drain_time:
-        return max(DEFAULT_SCALE_DOWN_DELAY, service)
-    return DEFAULT_SCALE_DOWN_DELAY
+        return max(DEFAULT_SCALE_DOWN_DELAY, service), (
+            "one serviceTime: a job a scale-in stops would miss the objective")
+    return DEFAULT_SCALE_DOWN_DELAY, "the default"
 
 
 def stated_throughput(spec: QueueScalerSpec) -> float | None:

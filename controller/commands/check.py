@@ -37,7 +37,14 @@ from controller.model.rule import API_GROUP, KIND, QueueScaler
 from controller.model.secrets import SecretUnavailable
 from controller.model.textfmt import duration, plural
 from controller.net.http import Fetch, polling_client
-from controller.policy import Decision, cold_start_condition, decide
+from controller.policy import (
+    Decision,
+    cold_start_condition,
+    decide,
+    scale_down_delay_why,
+    scale_to_zero_delay,
+    sizing,
+)
 from controller.sources import build_source
 from controller.sources.base import SourceContext, guarded_poll
 
@@ -196,12 +203,21 @@ class RuleCheck:
         """The rule's ColdStart condition as the operator would write it (start-up as stated: nothing measured)."""
         return cold_start_condition(self.rule.spec, None, self.decision.bounds.minimum)
 
+    def release(self) -> str:
+        """When capacity goes, as the operator would derive it (start-up as stated: nothing measured)."""
+        spec = self.rule.spec
+        delay, why = scale_down_delay_why(spec, sizing(spec))
+        to_zero = (f"; goes to zero after {duration(scale_to_zero_delay(spec))} inactive"
+                   if spec.min_replicas == 0 else "")
+        return f"releases capacity unneeded for {duration(delay)} ({why}){to_zero}"
+
     def lines(self, wide: bool = False) -> list[str]:
         out = [f"{self.rule.key}:"]
         if wide:
             rule_spec = self.rule.spec
             out.append(f"  replicas: {rule_spec.min_replicas} to {rule_spec.max_replicas}, polled every "
                        f"{duration(rule_spec.polling_interval)}")
+            out.append(f"  {self.release()}")
         for spec, reading in zip(self.rule.spec.sources, self.readings, strict=True):
             what = f"  {spec.type} {spec.queue_label}: "
             if reading.error is not None:
