@@ -196,6 +196,8 @@ class RuleCheck:
             },
             **({"coldStart": {"fits": o[0], "reason": o[1], "message": o[2]}}
                if (o := self.cold_start) is not None else {}),
+            "release": dict(zip(("scaleDownDelaySeconds", "why", "scaleToZeroDelaySeconds"), self.release,
+                                strict=True)),
         }
 
     @property
@@ -203,13 +205,13 @@ class RuleCheck:
         """The rule's ColdStart condition as the operator would write it (start-up as stated: nothing measured)."""
         return cold_start_condition(self.rule.spec, None, self.decision.bounds.minimum)
 
-    def release(self) -> str:
-        """When capacity goes, as the operator would derive it (start-up as stated: nothing measured)."""
+    @property
+    def release(self) -> tuple[float, str, float | None]:
+        """When capacity goes, as the operator would derive it (start-up as stated: nothing measured): the
+        scale-down delay, why, and the scale-to-zero delay (None when minReplicas keeps replicas)."""
         spec = self.rule.spec
         delay, why = scale_down_delay_why(spec, sizing(spec))
-        to_zero = (f"; goes to zero after {duration(scale_to_zero_delay(spec))} inactive"
-                   if spec.min_replicas == 0 else "")
-        return f"releases capacity unneeded for {duration(delay)} ({why}){to_zero}"
+        return delay, why, scale_to_zero_delay(spec) if spec.min_replicas == 0 else None
 
     def lines(self, wide: bool = False) -> list[str]:
         out = [f"{self.rule.key}:"]
@@ -217,7 +219,9 @@ class RuleCheck:
             rule_spec = self.rule.spec
             out.append(f"  replicas: {rule_spec.min_replicas} to {rule_spec.max_replicas}, polled every "
                        f"{duration(rule_spec.polling_interval)}")
-            out.append(f"  {self.release()}")
+            delay, why, to_zero = self.release
+            out.append(f"  releases capacity unneeded for {duration(delay)} ({why})"
+                       + ("" if to_zero is None else f"; goes to zero after {duration(to_zero)} inactive"))
         for spec, reading in zip(self.rule.spec.sources, self.readings, strict=True):
             what = f"  {spec.type} {spec.queue_label}: "
             if reading.error is not None:

@@ -88,6 +88,7 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
             "(5s), a start-up (15s) and one serviceTime (1s): 21s, more than targetWaitSeconds 20s") in done.stdout
     as_json = json.loads(run_check(rules, "--secrets", secrets, "--json").stdout)
     assert (as_json["coldStart"]["fits"], as_json["coldStart"]["reason"]) == (False, "ColdStartTooSlow")
+    assert as_json["release"] == {"scaleDownDelaySeconds": 120.0, "why": "the default", "scaleToZeroDelaySeconds": 300.0}
     # -o wide also says when capacity goes: 2 minutes for workers killed on scale-in (onScaleIn unsaid); two 5 s
     # polls for workers that drain, where a cold start fits (the 15 s start-up stated 10 s: 5 + 10 + 1 <= 20); the
     # scale to zero keeps its 5 minutes, as the cold start does not fit in what the 10 s drain time leaves.
