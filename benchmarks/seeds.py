@@ -26,7 +26,15 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.policy_suite import HOLDOUT, ROOT, SERVICE_TIME_FACTORS, contenders, keda_setting, named_scenario
+from benchmarks.policy_suite import (
+    HOLDOUT,
+    ROOT,
+    SERVICE_TIME_FACTORS,
+    contenders,
+    keda_setting,
+    named_scenario,
+    ours_label,
+)
 from controller.simulator.run import simulate
 from controller.simulator.scenario import Scenario, library
 
@@ -52,8 +60,7 @@ class SeedRun:
 def run_seed(name: str, k: int) -> SeedRun:
     scenario = seeded(named_scenario(name), k)
     results = {r.label: r.metrics for r in simulate(scenario, contenders(scenario, SERVICE_TIME_FACTORS))}
-    ours = {1.0: results["queuescale"].wait_p99}
-    ours.update({f: results[f"queuescale-st{f:g}"].wait_p99 for f in SERVICE_TIME_FACTORS})
+    ours = {f: results[ours_label(f)].wait_p99 for f in (1.0, *SERVICE_TIME_FACTORS)}
     keda = {label: (m.wait_p99, m.worker_seconds) for label, m in results.items() if label.startswith("keda-")}
     return SeedRun(k, ours, results["queuescale"].worker_seconds, keda)
 
@@ -92,8 +99,9 @@ def spread(name: str, slo: float, runs: Sequence[SeedRun]) -> Spread:
             ratios.append(run.ours_worker_seconds / run.keda[best][1])
     everywhere = [(sum(r.keda[label][1] for r in runs), label) for label in runs[0].keda
                   if all(r.keda[label][0] <= slo for r in runs)]
-    steady = min(everywhere)[1] if everywhere else None
-    steady_ratio = (sum(r.ours_worker_seconds for r in runs) / min(everywhere)[0]) if everywhere else None
+    cheapest = min(everywhere, default=None)
+    steady = None if cheapest is None else cheapest[1]
+    steady_ratio = None if cheapest is None else sum(r.ours_worker_seconds for r in runs) / cheapest[0]
     return Spread(
         scenario=name, slo=slo, seeds=len(runs),
         met={f: sum(r.ours[f] <= slo for r in runs) for f in factors},
@@ -148,13 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.perf_counter()
     tasks = [(name, k) for name in names for k in range(args.seeds)]
     # Longest first: a long scenario started last keeps one process busy while the others idle.
-    tasks.sort(key=lambda task: -named_scenario(task[0]).duration)
+    scenarios = {name: named_scenario(name) for name in names}
+    tasks.sort(key=lambda task: -scenarios[task[0]].duration)
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         done = list(pool.map(run_seed, *zip(*tasks, strict=True)))
     by_name: dict[str, list[SeedRun]] = {}
     for (name, _), run in zip(tasks, done, strict=True):
         by_name.setdefault(name, []).append(run)
-    spreads = [spread(named_scenario(n).name, named_scenario(n).slo_wait, by_name[n]) for n in names]
+    spreads = [spread(scenarios[n].name, scenarios[n].slo_wait, by_name[n]) for n in names]
     elapsed = time.perf_counter() - started
     table = markdown(spreads)
     print(table)

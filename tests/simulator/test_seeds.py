@@ -12,10 +12,6 @@ from controller.simulator.run import Contender, simulate
 from tests.sim_helpers import scenario as small_scenario
 
 
-def _run(k: int, ours: dict[float, float], worker_seconds: float, keda: dict[str, tuple[float, float]]) -> SeedRun:
-    return SeedRun(k, ours, worker_seconds, keda)
-
-
 def test_seed_zero_is_the_scenarios_own_and_the_others_draw_again() -> None:
     scenario = small_scenario(seed=7, duration=1800, arrivals=[{"type": "poisson", "rate": 0.9}],
                               workers={"startupDelay": 10, "serviceTime": {"distribution": "exponential", "mean": 2},
@@ -35,11 +31,11 @@ def test_seed_zero_is_the_scenarios_own_and_the_others_draw_again() -> None:
 def test_the_spread_counts_the_objective_met_at_the_slo_and_tunes_keda_on_seed_zero() -> None:
     runs = [
         # Seed 0: ql5 is the cheapest KEDA setting meeting 60 s, so it is the one tuned.
-        _run(0, {1.0: 60.0, 0.5: 75.0, 2.0: 20.0}, 80.0, {"keda-5": (60.0, 100.0), "keda-20": (90.0, 50.0)}),
+        SeedRun(0, {1.0: 60.0, 0.5: 75.0, 2.0: 20.0}, 80.0, {"keda-5": (60.0, 100.0), "keda-20": (90.0, 50.0)}),
         # Seed 1: ql5 misses; ql20 meets and is the one re-tuned for this seed.
-        _run(1, {1.0: 61.0, 0.5: 59.0, 2.0: 21.0}, 90.0, {"keda-5": (61.0, 100.0), "keda-20": (55.0, 60.0)}),
+        SeedRun(1, {1.0: 61.0, 0.5: 59.0, 2.0: 21.0}, 90.0, {"keda-5": (61.0, 100.0), "keda-20": (55.0, 60.0)}),
         # Seed 2: no setting meets.
-        _run(2, {1.0: 40.0, 0.5: 70.0, 2.0: 22.0}, 70.0, {"keda-5": (80.0, 100.0), "keda-20": (99.0, 50.0)}),
+        SeedRun(2, {1.0: 40.0, 0.5: 70.0, 2.0: 22.0}, 70.0, {"keda-5": (80.0, 100.0), "keda-20": (99.0, 50.0)}),
     ]
     s = spread("x", 60.0, list(reversed(runs)))  # the order the processes return in does not matter
     assert s.met == {1.0: 2, 0.5: 1, 2.0: 3}
@@ -59,7 +55,7 @@ def test_the_spread_counts_the_objective_met_at_the_slo_and_tunes_keda_on_seed_z
 
 
 def test_a_scenario_no_keda_setting_meets_says_so() -> None:
-    runs = [_run(k, {1.0: 100.0}, 10.0, {"keda-5": (200.0, 5.0)}) for k in range(2)]
+    runs = [SeedRun(k, {1.0: 100.0}, 10.0, {"keda-5": (200.0, 5.0)}) for k in range(2)]
     s = spread("y", 120.0, runs)
     assert tuned(runs[0], 120.0) is None
     assert cells(s)[2:] == ("2/2", "100", "no setting meets", "no setting meets on any seed",
