@@ -29,6 +29,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from controller.model import recurring
 from controller.model.readings import (
     Observation,
     Reason,
@@ -437,6 +438,62 @@ def scale_down_delay_why(
     return DEFAULT_SCALE_DOWN_DELAY, "the default"
 
 
+def readies_bursts(spec: QueueScalerSpec, measured_startup: float | None = None) -> bool:
+    """Whether the rule readies replicas for bursts that recur: where a cold start misses the objective (rate
+    mode with `targetWaitSeconds`), so that only replicas ready before a burst can meet it."""
+    cold = cold_start(spec, measured_startup)
+    return cold is not None and cold.wait > cold.target_wait
+
+
+def remember_burst(
+    spec: QueueScalerSpec,
+    count: float,
+    history: Sequence[Observation],
+    memory: ScalingMemory,
+    now: float,
+    measured_startup: float | None = None,
+) -> ScalingMemory:
+    """The memory with this poll's rise of the count remembered as (part of) a burst, where the rule readies
+    replicas for bursts and the count rose by at least what one replica is sized for since the last poll.
+
+    """
+    if not readies_bursts(spec, measured_startup) or not history:
+        return memory
+    previous = history[-1].total(spec)
+    if previous is None:
+        return memory
+    before = history[-2].total(spec) if len(history) > 1 else None
+    threshold = max(DRAIN_MESSAGES, sizing(spec, measured_startup, learned_throughput=memory.learned_throughput).target)
+    bursts = recurring.remember(
+        memory.bursts, now, count - previous, None if before is None else previous - before, threshold)
+    return memory if bursts == memory.bursts else replace(memory, bursts=bursts)
+
+
+def ready_for_burst(
+    spec: QueueScalerSpec, memory: ScalingMemory, now: float, size: Sizing, measured_startup: float | None = None
+) -> tuple[int, recurring.ExpectedBurst] | None:
+    """The replicas to have ready for a burst expected soon, and the burst; None where none is expected.
+
+    A series of bursts at a steady period (three in a row) is expected again one period after its last. From a
+    start-up and a poll before it until two polls after it, the rule keeps ready the replicas that clear the
+    largest burst of the series within `targetWaitSeconds` on their own, at the throughput the sizing trusts.
+    """
+    policy = spec.policy
+    if not memory.bursts or size.throughput is None or policy.target_wait is None:
+        return None
+    if not readies_bursts(spec, measured_startup):
+        return None
+    poll = spec.polling_interval
+    lead = startup_time(spec, measured_startup) + poll
+    best: tuple[int, recurring.ExpectedBurst] | None = None
+    for burst in recurring.expected(memory.bursts, now, poll):
+        if burst.at - lead <= now <= burst.at + UNNEEDED_POLLS * poll:
+            replicas = min(spec.max_replicas, math.ceil(burst.messages / (size.throughput * policy.target_wait)))
+            if best is None or replicas > best[0]:
+                best = (replicas, burst)
+    return best
+
+
 def stated_throughput(spec: QueueScalerSpec) -> float | None:
     """Messages per second one replica completes, as the rule states it (rate mode); None in count mode."""
     policy = spec.policy
@@ -552,6 +609,7 @@ def decide(
     startup = startup_time(spec, measured_startup)
     memory = learn_throughput(spec, count, current, memory, now, startup)
     memory = learn_from_wait(spec, observation, count, slope, current, memory, now, startup)
+    memory = remember_burst(spec, count, history, memory, now, measured_startup)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
 
@@ -647,12 +705,22 @@ def _on_count(
         recommended, to_zero = 0, True
     else:
         recommended = max(recommended, 1)
+    readying = ready_for_burst(spec, memory, now, size, measured_startup)
+    if readying is not None and readying[0] > recommended:
+        recommended, to_zero, deferred = readying[0], False, False
+    else:
+        readying = None
 
     release_delay = scale_down_delay(spec, size, measured_startup)
     memory = _remember(memory, spec, now, recommended, inactive_since, release_delay)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
+    if readying is not None:
+        replicas, burst = readying
+        due = f"in {duration(burst.at - now)}" if burst.at > now else "now"
+        summary += (f"; readying {plural(replicas, 'replica')} for a burst of about {_n(round(burst.messages))} "
+                    f"expected {due} (seen every {duration(burst.period)})")
 
     # Stabilization windows (HPA): going up takes the smallest recent recommendation, going down the largest.
     up_rec = _window(memory.recommendations, now, policy.scale_up.stabilization_window, min)

@@ -119,6 +119,9 @@ class ScalingMemory:
     last_known_counts: tuple[tuple[int, float, float], ...] = ()
     # (time, count) where the current drain was first seen: every slot busy, replicas unchanged since.
     drain_from: tuple[float, float] | None = None
+    # (time, messages): the bursts seen, oldest first (a run of polls each rising by a replica's worth or more:
+    # when it began, and by how much the count rose). Kept only where a cold start misses the objective.
+    bursts: tuple[tuple[float, float], ...] = ()
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was really scaled (call only once the write succeeded)."""
@@ -146,6 +149,7 @@ class ScalingMemory:
             "learnedThroughput": self.learned_throughput,
             "lastKnownCounts": [[i, t, c] for i, t, c in self.last_known_counts],
             "drainFrom": None if self.drain_from is None else list(self.drain_from),
+            "bursts": [[t, n] for t, n in self.bursts],
         }
 
     @classmethod
@@ -173,6 +177,7 @@ class ScalingMemory:
                 ),
                 drain_from=next(((_number(t), _number(c)) for t, c in _rows(
                     None if data.get("drainFrom") is None else [data.get("drainFrom")], 2)), None),
+                bursts=tuple((_number(t), _number(n)) for t, n in _rows(data.get("bursts"), 2)),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None
