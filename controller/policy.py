@@ -11,6 +11,7 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
    `lookahead` projects a growing backlog forward;
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
+   where a cold start misses `targetWaitSeconds`, replicas readied for a burst that recurs at a steady period;
 6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down);
 7. cooldowns (no scale-up within scaleUp.cooldown of the last scale-up; no scale-down within scaleDown.cooldown
    of the last scale in either direction);
@@ -19,7 +20,7 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 
 The memory is what must survive a restart (it lives in the rule's status): recommendation runs, scale events,
 last scale times, when the queue went inactive, consecutive failures, the throughput drains and waits showed, where the
-current drain started, and the last counts of failing sources. It changes only when one of those does,
+current drain started, the last counts of failing sources, and the bursts seen. It changes only when one of those does,
 so an operator writes status only when something happened.
 """
 
@@ -376,7 +377,8 @@ def cold_start_condition(
             f"replica {parts}, more than {objective}")
     return False, "ColdStartTooSlow", (
         f"a message that finds no free replica waits for a new one {parts}, more than {objective}: a burst on "
-        "idle capacity misses it; keep replicas ready (minReplicas or a schedule) to meet it")
+        "idle capacity misses it; keep replicas ready (minReplicas or a schedule) to meet it (bursts seen three times "
+        "at one period are readied for on their own)")
 
 
 def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = None) -> float:
@@ -475,8 +477,9 @@ def ready_for_burst(
     """The replicas to have ready for a burst expected soon, and the burst; None where none is expected.
 
     A series of bursts at a steady period (three in a row) is expected again one period after its last. From a
-    start-up and a poll before it until two polls after it, the rule keeps ready the replicas that clear the
-    largest burst of the series within `targetWaitSeconds` on their own, at the throughput the sizing trusts.
+    start-up and a poll before it until a poll after it (a burst that comes shows by then), the rule keeps ready
+    the replicas that clear the largest burst of the series within `targetWaitSeconds` on their own, at the
+    throughput the sizing trusts.
     """
     policy = spec.policy
     if not memory.bursts or size.throughput is None or policy.target_wait is None:
@@ -487,7 +490,7 @@ def ready_for_burst(
     lead = startup_time(spec, measured_startup) + poll
     best: tuple[int, recurring.ExpectedBurst] | None = None
     for burst in recurring.expected(memory.bursts, now, poll):
-        if burst.at - lead <= now <= burst.at + UNNEEDED_POLLS * poll:
+        if now >= burst.at - lead:
             replicas = min(spec.max_replicas, math.ceil(burst.messages / (size.throughput * policy.target_wait)))
             if best is None or replicas > best[0]:
                 best = (replicas, burst)

@@ -1,0 +1,121 @@
+"""Issue 18, a burst the cold start cannot meet: bursts that recur at a steady period are expected again, and
+replicas are readied before them (docs/policy.md, *Bursts that recur*). Expectations are worked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+import controller.policy as policy
+from benchmarks.policy_suite import our_rule
+from controller.model import recurring
+from controller.model.readings import ScalingMemory
+from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.run import Contender, Metrics, simulate
+from controller.simulator.scenario import load_scenario
+from tests.policy_helpers import Run, make_spec
+
+# Eight slices at once per pod, half a second each (16 a second a replica); a slice may wait 30 s; a pod starts
+# in 20 s. A cold start is a poll, a start-up and a slice, 30.5 s: more than the objective.
+SLOW_COLD = {"targetWaitSeconds": 30, "serviceTime": "500ms", "messagesPerReplica": 8, "startupTime": "20s"}
+SEVEN_MINUTES = 420.0
+
+
+def test_a_burst_is_a_run_of_polls_each_rising_by_the_threshold() -> None:
+    bursts = recurring.remember((), 100.0, 5.0, None, threshold=88.0)
+    assert bursts == ()  # a trickle is no burst
+    bursts = recurring.remember(bursts, 110.0, 300.0, 5.0, threshold=88.0)
+    bursts = recurring.remember(bursts, 120.0, 250.0, 300.0, threshold=88.0)  # still rising: the same burst
+    assert bursts == ((110.0, 550.0),)
+    bursts = recurring.remember(bursts, 130.0, -400.0, 250.0, threshold=88.0)
+    bursts = recurring.remember(bursts, 140.0, 90.0, -400.0, threshold=88.0)  # fell between: a new one
+    assert bursts == ((110.0, 550.0), (140.0, 90.0))
+
+
+def test_only_the_newest_bursts_are_kept() -> None:
+    bursts: tuple[recurring.Burst, ...] = ()
+    for i in range(recurring.BURSTS_KEPT + 5):
+        bursts = recurring.remember(bursts, 1000.0 * i, 100.0, None, threshold=10.0)
+    assert len(bursts) == recurring.BURSTS_KEPT
+    assert bursts[0][0] == 5000.0
+
+
+def test_three_beats_at_one_period_expect_a_fourth_and_two_do_not() -> None:
+    two = ((100.0, 2400.0), (520.0, 2300.0))
+    assert recurring.expected(two, 600.0, tolerance=10.0) == []
+    three = (*two, (945.0, 2100.0))  # five seconds off the beat: within a poll
+    [burst] = recurring.expected(three, 1000.0, tolerance=10.0)
+    assert (burst.at, burst.period, burst.messages) == (1370.0, 425.0, 2400.0)
+
+
+def test_a_series_whose_next_beat_passed_without_a_burst_has_ended() -> None:
+    three = ((100.0, 2400.0), (520.0, 2400.0), (940.0, 2400.0))
+    assert [b.at for b in recurring.expected(three, 1370.0, tolerance=10.0)] == [1360.0]
+    assert recurring.expected(three, 1371.0, tolerance=10.0) == []
+
+
+def test_two_series_at_different_periods_are_both_expected() -> None:
+    # Slices every 7 minutes from minute 2, a large mosaic every 23 minutes from minute 11 (photo-mosaic).
+    times = sorted([(120.0 + 420.0 * k, 2400.0) for k in range(8)] + [(660.0 + 1380.0 * k, 6000.0) for k in range(3)])
+    expected = recurring.expected(tuple(times), 3400.0, tolerance=10.0)
+    by_period = {b.period: b for b in expected}
+    assert by_period[420.0].at == 3480.0 and by_period[420.0].messages == 2400.0
+    assert by_period[1380.0].at == 4800.0 and by_period[1380.0].messages == 6000.0
+
+
+def _bursts_every_seven_minutes(run: Run, beats: int, until: float) -> None:
+    burst_at = [100.0 + SEVEN_MINUTES * k for k in range(beats)]
+    t = 0.0
+    while t <= until:
+        run.tick(t, 2400 if t in burst_at else 0)
+        t += 10.0
+
+
+def test_replicas_are_readied_a_startup_and_a_poll_before_the_expected_burst() -> None:
+    spec = make_spec(policy=SLOW_COLD)
+    run = Run(spec)
+    _bursts_every_seven_minutes(run, beats=3, until=1320.0)
+    assert [t for t, _ in run.memory.bursts] == [100.0, 520.0, 940.0]
+    assert run.current == 0  # gone to zero after the third burst
+    # The fourth beat is due at 1360 s: from 1330 s (20 s start-up and a 10 s poll before), 2400 slices cleared
+    # within 30 s at 16 a second a replica ask for 5 replicas.
+    ready = run.tick(1330.0, 0)
+    assert ready.desired == 5
+    assert "readying 5 replicas for a burst of about 2400 expected in 30s (seen every 7m)" in ready.message
+    for t in (1340.0, 1350.0, 1360.0, 1370.0):
+        assert run.tick(t, 0).desired == 5
+    # No burst came: a poll past the beat the series has ended and nothing is readied any more.
+    after = run.tick(1380.0, 0)
+    assert "readying" not in after.message
+
+
+def test_a_rule_whose_cold_start_meets_the_objective_remembers_no_burst() -> None:
+    # 60 s to wait: a cold start (30.5 s) meets it, so reacting is enough and nothing is kept ready.
+    spec = make_spec(policy={**SLOW_COLD, "targetWaitSeconds": 60})
+    assert not policy.readies_bursts(spec)
+    run = Run(spec)
+    _bursts_every_seven_minutes(run, beats=4, until=1400.0)
+    assert run.memory.bursts == ()
+    assert all("readying" not in d.message for d in run.decisions)
+
+
+def test_the_bursts_survive_a_restart_in_the_memory() -> None:
+    memory = ScalingMemory(bursts=((100.0, 2400.0), (520.0, 2300.5)))
+    assert ScalingMemory.from_json(memory.to_json()) == memory
+    with pytest.raises(ValueError, match="memory is not valid"):
+        ScalingMemory.from_json({"bursts": [[100.0]]})
+
+
+def _photo_mosaic(monkeypatch: pytest.MonkeyPatch | None) -> Metrics:
+    scenario = load_scenario("photo-mosaic")
+    if monkeypatch is not None:
+        monkeypatch.setattr(policy, "ready_for_burst", lambda *_args, **_kw: None)
+    rule = our_rule(scenario)
+    return simulate(scenario, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, scenario.start_epoch))])[0].metrics
+
+
+def test_photo_mosaic_costs_less_with_its_bursts_readied_and_waits_no_longer(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its slices come every 7 and every 23 minutes; a cold start is 0.5 s too slow for the 30 s objective.
+    readied = _photo_mosaic(None)
+    reacting = _photo_mosaic(monkeypatch)
+    assert readied.worker_seconds <= 0.9 * reacting.worker_seconds
+    assert readied.wait_p99 <= reacting.wait_p99
