@@ -442,7 +442,10 @@ def scale_down_delay_why(
 
 def readies_bursts(spec: QueueScalerSpec, measured_startup: float | None = None) -> bool:
     """Whether the rule readies replicas for bursts that recur: where a cold start misses the objective (rate
-    mode with `targetWaitSeconds`), so that only replicas ready before a burst can meet it."""
+    mode with `targetWaitSeconds`), so that only replicas ready before a burst can meet it, unless the rule says
+    `recurringBursts: ignore`."""
+    if spec.policy.recurring_bursts != "ready":
+        return False
     cold = cold_start(spec, measured_startup)
     return cold is not None and cold.wait > cold.target_wait
 

@@ -44,6 +44,7 @@ StepType = Literal["Pods", "Percent"]
 SelectPolicy = Literal["Max", "Min", "Disabled"]
 FallbackMode = Literal["hold", "fixed"]
 ScaleInAction = Literal["kill", "drain", "release"]
+RecurringBursts = Literal["ready", "ignore"]
 Weekday = Literal["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"]
 
 # --------------------------------------------------------------------------------------------------------------
@@ -115,6 +116,9 @@ class Policy:
     # What a worker does when a scale-in stops it: dies with its messages (kill, assumed when unknown), finishes
     # them first (drain), or hands them back (release). A scale-in that destroys nothing can come sooner.
     on_scale_in: ScaleInAction = "kill"
+    # Where a cold start misses targetWaitSeconds: start replicas before a burst seen recurring at a steady period
+    # (ready), or only react to the count (ignore).
+    recurring_bursts: RecurringBursts = "ready"
 
     @property
     def learns_throughput(self) -> bool:
@@ -311,6 +315,12 @@ ON_SCALE_IN: Choice[ScaleInAction] = Choice(
         "visibility timeout (assumed: the worst case); `drain`, it takes no new message and finishes the ones it "
         "holds within `terminationGracePeriodSeconds`; `release`, it makes them visible again at once. With "
         "`drain`, capacity is released sooner (`scaleDown.delay`)")
+RECURRING_BURSTS: Choice[RecurringBursts] = Choice(
+    "recurringBursts", choices=get_args(RecurringBursts), default=Policy.recurring_bursts,
+    doc="where a poll, the start-up and one `serviceTime` exceed `targetWaitSeconds` (the `ColdStart` condition is "
+        "False): `ready`, bursts seen three times in a row at one period are expected again, and the replicas "
+        "that clear the largest within `targetWaitSeconds` are started a start-up and a poll before the next is "
+        "due; `ignore`, the rule only reacts to the count (see [policy.md](policy.md), *Bursts that recur*)")
 SCALE_UP = Object("scaleUp", defaulted=True, fields=(COOLDOWN, STABILIZATION_WINDOW, STEP_POLICIES, SELECT_POLICY),
                   doc="limits on going up")
 # scaleDown's fields are scaleUp's, but for the words of the reference, and delay.
@@ -327,7 +337,7 @@ POLICY = Object(
     "policy", defaulted=True, doc="how a count becomes a replica count (below)",
     fields=(TARGET_WAIT, SERVICE_TIME, MESSAGES_PER_REPLICA, TARGET_PER_REPLICA, ACTIVATION_THRESHOLD, TOLERANCE,
             LOOKAHEAD, TREND_WINDOW, THROUGHPUT_PER_REPLICA, DRAIN_TIME, STARTUP_TIME, SCALE_TO_ZERO_DELAY, SCALE_UP,
-            SCALE_DOWN, ON_SCALE_IN),
+            SCALE_DOWN, ON_SCALE_IN, RECURRING_BURSTS),
     rules=(Rule("!(has(self.serviceTime) && has(self.throughputPerReplica))",
                 "serviceTime cannot be combined with throughputPerReplica: give one of them", ".serviceTime"),
            Rule("!has(self.targetWaitSeconds) || has(self.serviceTime) || has(self.throughputPerReplica)",
@@ -465,6 +475,7 @@ def _parse_policy(f: Fields) -> Policy:
         scale_up=_parse_direction(f.child(SCALE_UP)),
         scale_down=_parse_direction(f.child(SCALE_DOWN), allow_delay=True),
         on_scale_in=f.choice(ON_SCALE_IN),
+        recurring_bursts=f.choice(RECURRING_BURSTS),
     )
     if policy.service_time is not None and policy.throughput_per_replica is not None:
         f.error("serviceTime", "cannot be combined with throughputPerReplica: give one of them")

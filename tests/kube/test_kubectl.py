@@ -320,6 +320,26 @@ def test_kubectl_shows_what_the_rule_assumes_of_its_workers_on_scale_in_and_refu
         cluster.kubectl("delete", "qs", "drains", "-n", NS, "--ignore-not-found")
 
 
+def test_kubectl_shows_the_rule_readies_for_recurring_bursts_unless_told_to_ignore_them(cluster: Cluster) -> None:
+    # policy.recurringBursts defaults to ready: the API server writes it into the stored object, kubectl reads it.
+    assumed = cluster.kubectl("get", "qs", RULE, "-n", NS, "-o", "jsonpath={.spec.policy.recurringBursts}")
+    assert assumed.stdout == "ready"
+    rule = another_rule(cluster.rule_manifest, "reacts").replace(
+        "    targetPerReplica: 20         # messages waiting per replica\n",
+        "    targetPerReplica: 20\n    recurringBursts: predict\n")
+    assert "recurringBursts: predict" in rule
+    refused = cluster.kubectl("apply", "-f", "-", stdin=rule, check=False)
+    assert refused.returncode == 1
+    assert 'spec.policy.recurringBursts: Unsupported value: "predict": supported values: "ready", "ignore"' \
+        in refused.stderr, refused.stderr
+    try:
+        cluster.kubectl("apply", "-f", "-", stdin=rule.replace("recurringBursts: predict", "recurringBursts: ignore"))
+        told = cluster.kubectl("get", "qs", "reacts", "-n", NS, "-o", "jsonpath={.spec.policy.recurringBursts}")
+        assert told.stdout == "ignore"
+    finally:
+        cluster.kubectl("delete", "qs", "reacts", "-n", NS, "--ignore-not-found")
+
+
 def another_rule(manifest: str, name: str) -> str:
     """The example rule under another name and on a worker of its own, so it never competes with the first."""
     for old, new in ((f"name: {RULE}\n  namespace", f"name: {name}\n  namespace"),

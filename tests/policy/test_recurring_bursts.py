@@ -3,12 +3,16 @@ replicas are readied before them (docs/policy.md, *Bursts that recur*). Expectat
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 import controller.policy as policy
 from benchmarks.policy_suite import our_rule
 from controller.model import recurring
+from controller.model.fields import SpecError
 from controller.model.readings import ScalingMemory
+from controller.model.rule import RecurringBursts
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import load_scenario
@@ -98,6 +102,21 @@ def test_a_rule_whose_cold_start_meets_the_objective_remembers_no_burst() -> Non
     assert all("readying" not in d.message for d in run.decisions)
 
 
+def test_a_rule_told_to_ignore_recurring_bursts_only_reacts() -> None:
+    spec = make_spec(policy={**SLOW_COLD, "recurringBursts": "ignore"})
+    assert not policy.readies_bursts(spec)
+    run = Run(spec)
+    _bursts_every_seven_minutes(run, beats=3, until=1320.0)
+    assert run.memory.bursts == ()
+    assert run.tick(1330.0, 0).desired == 0
+
+
+def test_an_unknown_recurring_bursts_action_names_the_field() -> None:
+    with pytest.raises(SpecError) as caught:
+        make_spec(policy={**SLOW_COLD, "recurringBursts": "predict"})
+    assert "policy.recurringBursts" in str(caught.value) and "ignore" in str(caught.value)
+
+
 def test_the_bursts_survive_a_restart_in_the_memory() -> None:
     memory = ScalingMemory(bursts=((100.0, 2400.0), (520.0, 2300.5)))
     assert ScalingMemory.from_json(memory.to_json()) == memory
@@ -105,17 +124,16 @@ def test_the_bursts_survive_a_restart_in_the_memory() -> None:
         ScalingMemory.from_json({"bursts": [[100.0]]})
 
 
-def _photo_mosaic(monkeypatch: pytest.MonkeyPatch | None) -> Metrics:
+def _photo_mosaic(bursts: RecurringBursts) -> Metrics:
     scenario = load_scenario("photo-mosaic")
-    if monkeypatch is not None:
-        monkeypatch.setattr(policy, "ready_for_burst", lambda *_args, **_kw: None)
     rule = our_rule(scenario)
+    rule = replace(rule, spec=replace(rule.spec, policy=replace(rule.spec.policy, recurring_bursts=bursts)))
     return simulate(scenario, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, scenario.start_epoch))])[0].metrics
 
 
-def test_photo_mosaic_costs_less_with_its_bursts_readied_and_waits_no_longer(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_photo_mosaic_costs_less_with_its_bursts_readied_and_waits_no_longer() -> None:
     # Its slices come every 7 and every 23 minutes; a cold start is 0.5 s too slow for the 30 s objective.
-    readied = _photo_mosaic(None)
-    reacting = _photo_mosaic(monkeypatch)
+    readied = _photo_mosaic("ready")
+    reacting = _photo_mosaic("ignore")
     assert readied.worker_seconds <= 0.9 * reacting.worker_seconds
     assert readied.wait_p99 <= reacting.wait_p99

@@ -79,7 +79,7 @@ EVERY_FIELD: dict[str, Any] = {
                         "policies": [{"type": "Pods", "value": 4, "period": "30s"}]},
             "scaleDown": {"cooldown": "1m", "stabilizationWindow": "2m", "selectPolicy": "Min", "delay": "1m",
                           "policies": [{"type": "Percent", "value": 50, "period": "1m"}]},
-            "onScaleIn": "drain",
+            "onScaleIn": "drain", "recurringBursts": "ignore",
         },
         "fallback": {"failureThreshold": 3, "mode": "fixed", "replicas": 1},
         "schedules": [{"name": "office", "days": ["Mon"], "start": "08:00", "end": "18:00",
