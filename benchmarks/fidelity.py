@@ -5,8 +5,9 @@
     .venv/bin/python benchmarks/fidelity.py --from /tmp/fidelity # print again from the summaries of a past run
 
 Each scenario runs live with `queuescale demo --scenario FILE --policy benchmarks/scenarios/fidelity/rule.yaml`
-(Azurite, real worker processes, the operator's reconciler; it takes the scenario's own duration, 2-3 minutes),
-which also simulates the same scenario and rule and writes both into demo-summary.json. This prints, per scenario
+(or `rule-NAME.yaml` beside `fidelity-NAME.yaml`, where the scenario needs a rule of its own): Azurite, real worker
+processes, the operator's reconciler; it takes the scenario's own duration, 2-6 minutes. The demo
+also simulates the same scenario and rule and writes both into demo-summary.json. This prints, per scenario
 and metric, the live value, the simulated one and the difference, and checks the agreement the simulator claims
 (docs/simulator.md, "Fidelity"): worker-seconds within 10 %, p99 wait within max(10 %, 2 s). Exit 1 when a
 scenario disagrees beyond that.
@@ -39,10 +40,18 @@ def scenario_files(only: list[str]) -> list[Path]:
     return files
 
 
+def rule_for(scenario: Path) -> Path:
+    """The rule a fidelity scenario runs with: `rule-NAME.yaml` for `fidelity-NAME.yaml` if there is one, else
+    the shared `rule.yaml`."""
+    own = scenario.with_name(f"rule-{scenario.stem.removeprefix('fidelity-')}.yaml")
+    return own if own.exists() else RULE
+
+
 def run_live(scenario: Path, out: Path) -> dict[str, object]:
     """One live run through the command line; its summary."""
     out.mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", "controller", "demo", "--scenario", str(scenario), "--policy", str(RULE),
+    command = [sys.executable, "-m", "controller", "demo", "--scenario", str(scenario), "--policy",
+               str(rule_for(scenario)),
                "--out", str(out), "--no-live"]
     with (out / "demo-output.txt").open("w", encoding="utf-8") as log:
         done = subprocess.run(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, check=False)
