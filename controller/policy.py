@@ -775,6 +775,7 @@ def _on_count(
         deferred_until=(
             pending_since + (size.drain_time or 0.0) if deferred and pending_since is not None else None
         ),
+        readying=readying is not None,
     )
     return replace(
         base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
@@ -813,6 +814,7 @@ def _explain(
     to_zero_delay: float,
     release_delay: float | None = None,
     deferred_until: float | None = None,
+    readying: bool = False,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
     by_schedule = f" (schedules: {', '.join(bounds.schedules)})" if bounds.schedules else ""
@@ -849,6 +851,8 @@ def _explain(
         return Reason.AT_MAXIMUM, f"at the maximum {bounds.maximum}{by_schedule}"
     if recommended < current and final == bounds.minimum:
         return Reason.AT_MINIMUM, f"at the minimum {bounds.minimum}{by_schedule}"
+    if readying:
+        return Reason.STEADY, f"{keep} ready for it"
     if release_delay is not None and recommended < current:
         return Reason.HELD_BY_STABILIZATION, (
             f"unneeded for less than the scale-down delay {duration(release_delay)}: {keep} "

@@ -13,7 +13,7 @@ from benchmarks.policy_suite import our_rule
 from controller.commands.simulate import load_rules
 from controller.model import recurring
 from controller.model.fields import SpecError
-from controller.model.readings import ScalingMemory
+from controller.model.readings import Reason, ScalingMemory
 from controller.model.rule import RecurringBursts
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
@@ -88,7 +88,10 @@ def test_replicas_are_readied_a_startup_and_a_poll_before_the_expected_burst() -
     assert ready.desired == 5
     assert "readying 5 replicas for a burst of about 2400 expected in 30s (seen every 7m)" in ready.message
     for t in (1340.0, 1350.0, 1360.0, 1370.0):
-        assert run.tick(t, 0).desired == 5
+        held = run.tick(t, 0)
+        assert held.desired == 5
+        # Held for the burst, not on the way to zero (the count is 0, the rule inactive).
+        assert held.reason is Reason.STEADY and held.message.endswith("keeping 5 ready for it"), held.message
     # No burst came: a poll past the beat the series has ended and nothing is readied any more.
     after = run.tick(1380.0, 0)
     assert "readying" not in after.message
