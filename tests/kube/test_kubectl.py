@@ -298,46 +298,36 @@ def test_kubectl_wait_sees_a_cold_start_too_slow_for_the_objective(cluster: Clus
         cluster.kubectl("delete", "qs", "slow", "-n", NS)
 
 
-def test_kubectl_shows_what_the_rule_assumes_of_its_workers_on_scale_in_and_refuses_an_unknown_action(
-        cluster: Cluster) -> None:
-    # policy.onScaleIn defaults to kill (the worst case) when the rule says nothing: the API server writes the
-    # schema's default into the stored object (structural defaulting), so kubectl reads it back.
-    assumed = cluster.kubectl("get", "qs", RULE, "-n", NS, "-o", "jsonpath={.spec.policy.onScaleIn}")
-    assert assumed.stdout == "kill"
-    rule = another_rule(cluster.rule_manifest, "drains").replace(
-        "    targetPerReplica: 20         # messages waiting per replica\n",
-        "    targetPerReplica: 20\n    onScaleIn: finish\n")
-    assert "onScaleIn: finish" in rule
-    refused = cluster.kubectl("apply", "-f", "-", stdin=rule, check=False)
-    assert refused.returncode == 1
-    assert 'spec.policy.onScaleIn: Unsupported value: "finish": supported values: "kill", "drain", "release"' \
-        in refused.stderr, refused.stderr
-    try:
-        cluster.kubectl("apply", "-f", "-", stdin=rule.replace("onScaleIn: finish", "onScaleIn: drain"))
-        told = cluster.kubectl("get", "qs", "drains", "-n", NS, "-o", "jsonpath={.spec.policy.onScaleIn}")
-        assert told.stdout == "drain"
-    finally:
-        cluster.kubectl("delete", "qs", "drains", "-n", NS, "--ignore-not-found")
+# A policy choice the API server defaults and checks from the CRD's enum: (field, its default, an unknown value,
+# the values the server lists, one to set). onScaleIn defaults to kill, the worst case; recurringBursts to ready.
+POLICY_CHOICES = [
+    ("onScaleIn", "kill", "finish", '"kill", "drain", "release"', "drain"),
+    ("recurringBursts", "ready", "predict", '"ready", "ignore"', "ignore"),
+]
 
 
-def test_kubectl_shows_the_rule_readies_for_recurring_bursts_unless_told_to_ignore_them(cluster: Cluster) -> None:
-    # policy.recurringBursts defaults to ready: the API server writes it into the stored object, kubectl reads it.
-    assumed = cluster.kubectl("get", "qs", RULE, "-n", NS, "-o", "jsonpath={.spec.policy.recurringBursts}")
-    assert assumed.stdout == "ready"
-    rule = another_rule(cluster.rule_manifest, "reacts").replace(
+@pytest.mark.parametrize(("field", "default", "unknown", "supported", "told"), POLICY_CHOICES)
+def test_kubectl_shows_a_policy_choice_defaulted_and_refuses_an_unknown_value(
+        cluster: Cluster, field: str, default: str, unknown: str, supported: str, told: str) -> None:
+    # The rule says nothing: the API server writes the schema's default into the stored object (structural
+    # defaulting), so kubectl reads it back.
+    assumed = cluster.kubectl("get", "qs", RULE, "-n", NS, "-o", f"jsonpath={{.spec.policy.{field}}}")
+    assert assumed.stdout == default
+    name = f"told-{field.lower()}"
+    rule = another_rule(cluster.rule_manifest, name).replace(
         "    targetPerReplica: 20         # messages waiting per replica\n",
-        "    targetPerReplica: 20\n    recurringBursts: predict\n")
-    assert "recurringBursts: predict" in rule
+        f"    targetPerReplica: 20\n    {field}: {unknown}\n")
+    assert f"{field}: {unknown}" in rule
     refused = cluster.kubectl("apply", "-f", "-", stdin=rule, check=False)
     assert refused.returncode == 1
-    assert 'spec.policy.recurringBursts: Unsupported value: "predict": supported values: "ready", "ignore"' \
+    assert f'spec.policy.{field}: Unsupported value: "{unknown}": supported values: {supported}' \
         in refused.stderr, refused.stderr
     try:
-        cluster.kubectl("apply", "-f", "-", stdin=rule.replace("recurringBursts: predict", "recurringBursts: ignore"))
-        told = cluster.kubectl("get", "qs", "reacts", "-n", NS, "-o", "jsonpath={.spec.policy.recurringBursts}")
-        assert told.stdout == "ignore"
+        cluster.kubectl("apply", "-f", "-", stdin=rule.replace(f"{field}: {unknown}", f"{field}: {told}"))
+        stored = cluster.kubectl("get", "qs", name, "-n", NS, "-o", f"jsonpath={{.spec.policy.{field}}}")
+        assert stored.stdout == told
     finally:
-        cluster.kubectl("delete", "qs", "reacts", "-n", NS, "--ignore-not-found")
+        cluster.kubectl("delete", "qs", name, "-n", NS, "--ignore-not-found")
 
 
 def another_rule(manifest: str, name: str) -> str:
