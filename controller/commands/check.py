@@ -41,6 +41,7 @@ from controller.policy import (
     Decision,
     cold_start_condition,
     decide,
+    readies_bursts,
     scale_down_delay_why,
     scale_to_zero_delay,
     sizing,
@@ -198,6 +199,7 @@ class RuleCheck:
                if (o := self.cold_start) is not None else {}),
             "release": dict(zip(("scaleDownDelaySeconds", "why", "scaleToZeroDelaySeconds"), self.release,
                                 strict=True)),
+            "readiesRecurringBursts": readies_bursts(self.rule.spec),
         }
 
     @property
@@ -222,6 +224,9 @@ class RuleCheck:
             delay, why, to_zero = self.release
             out.append(f"  releases capacity unneeded for {duration(delay)} ({why})"
                        + ("" if to_zero is None else f"; goes to zero after {duration(to_zero)} inactive"))
+            if readies_bursts(rule_spec):
+                out.append("  readies replicas before a burst seen three times in a row at one period (a cold start "
+                           "misses the objective; recurringBursts: ignore turns it off)")
         for spec, reading in zip(self.rule.spec.sources, self.readings, strict=True):
             what = f"  {spec.type} {spec.queue_label}: "
             if reading.error is not None:

@@ -89,14 +89,19 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
     as_json = json.loads(run_check(rules, "--secrets", secrets, "--json").stdout)
     assert (as_json["coldStart"]["fits"], as_json["coldStart"]["reason"]) == (False, "ColdStartTooSlow")
     assert as_json["release"] == {"scaleDownDelaySeconds": 120.0, "why": "the default", "scaleToZeroDelaySeconds": 300.0}
+    assert as_json["readiesRecurringBursts"] is True  # the cold start misses: bursts that recur are readied for
     # -o wide also says when capacity goes: 2 minutes for workers killed on scale-in (onScaleIn unsaid); two 5 s
     # polls for workers that drain, where a cold start fits (the 15 s start-up stated 10 s: 5 + 10 + 1 <= 20); the
     # scale to zero keeps its 5 minutes, as the cold start does not fit in what the 10 s drain time leaves.
     wide = run_check(rules, "--secrets", secrets, "-o", "wide").stdout
     assert "  releases capacity unneeded for 2m (the default); goes to zero after 5m inactive\n" in wide, wide
+    assert ("  readies replicas before a burst seen three times in a row at one period (a cold start misses the "
+            "objective; recurringBursts: ignore turns it off)\n") in wide, wide
     drains = write(tmp_path, "drains.yaml", text.replace("startupTime: 15s}", "startupTime: 10s, onScaleIn: drain}"))
+    drained = run_check(drains, "--secrets", secrets, "-o", "wide").stdout
     assert ("  releases capacity unneeded for 10s (two polls: workers drain, and a cold start fits the objective); "
-            "goes to zero after 5m inactive\n") in run_check(drains, "--secrets", secrets, "-o", "wide").stdout
+            "goes to zero after 5m inactive\n") in drained
+    assert "readies replicas" not in drained  # 5 + 10 + 1 <= 20: reacting is enough
     # A count-mode rule states no wait: nothing said.
     plain = write(tmp_path, "plain.yaml", rule_file("orders", key_source_yaml(azurite, queue.queue_name)))
     assert "cold start" not in run_check(plain, "--secrets", secrets).stdout
