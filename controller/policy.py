@@ -459,9 +459,9 @@ def remember_burst(
     measured_startup: float | None = None,
 ) -> ScalingMemory:
     """The memory with this poll's rise of the count remembered as (part of) a burst, where the rule readies
-    replicas for bursts and the count rose by at least what one replica is sized for since the last poll.
-
-    """
+    replicas for bursts and the count rose by at least what one replica is sized for (and 20 messages) since the
+    last poll. The rise is the count's, net of what the replicas completed meanwhile: a burst landing on another's
+    backlog, or taken in part by replicas readied for it, shows smaller (docs/policy.md, *Bursts that recur*)."""
     if not readies_bursts(spec, measured_startup) or not history:
         return memory
     previous = history[-1].total(spec)
