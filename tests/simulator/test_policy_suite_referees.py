@@ -22,6 +22,7 @@ from benchmarks.policy_suite import (
     cheapest_meeting,
     referees,
     run_scenario,
+    scoreboard,
     summary,
     table_rows,
 )
@@ -173,6 +174,37 @@ def test_the_summary_adds_nothing_to_a_met_slo_and_names_the_constant_when_effic
         assert "meets the 30s SLO; " in line
         assert "no policy can meet it" not in line and "some policy can" not in line
         assert (f"efficiency {efficiency:.2f} (steady, target 0.75) {phrase}" in line) is named
+
+
+def test_the_scoreboard_counts_each_target_and_names_each_miss_with_its_figure(tmp_path: Path) -> None:
+    late, steady = benchmarked(tmp_path, LATE), benchmarked(tmp_path, STEADY)
+    assert late.ours.wait_p99 > late.slo and steady.ours.wait_p99 <= steady.slo
+    lines = scoreboard([late, steady])
+    assert lines[:2] == ["| target | met on | missed on |", "|---|---|---|"]
+    slo, cost, _efficiency, _duplicates, half, double, bursts = lines[2:]
+    assert slo == f"| SLO (p99 wait) at the stated serviceTime | 1 of 2 | late-start ({late.ours.wait_p99:g} s vs 30 s) |"
+    # Efficiency: a steady row at 0.10 misses 0.75; the same row at 0.99 meets it.
+    low = replace(steady, ours=replace(steady.ours, efficiency=0.10))
+    assert "| steady (0.10 vs 0.75) |" in scoreboard([low])[4]
+    assert scoreboard([replace(steady, ours=replace(steady.ours, efficiency=0.99))])[4].endswith("| 1 of 1 | none |")
+    # Cost counts only where some KEDA setting meets the SLO, and says how many it left out.
+    tuned = steady.keda_tuned
+    assert tuned is not None
+    dear = replace(steady, ours=replace(steady.ours, worker_seconds=0.9 * tuned.worker_seconds))
+    assert f"| steady (0.90x{', below the floor' if 0.8 * tuned.worker_seconds < steady.floor else ''}) |" \
+        in scoreboard([dear])[3]
+    assert scoreboard([dear])[3].split(" | ")[1] == "0 of 1"
+    cheap = replace(steady, ours=replace(steady.ours, worker_seconds=0.5 * tuned.worker_seconds))
+    assert scoreboard([cheap])[3].endswith("| 1 of 1 | none |")
+    priced = [r for r in (late, steady) if r.keda_tuned is not None]
+    left_out = 2 - len(priced)
+    assert cost.split(" | ")[1].startswith(f"{cost.split(' | ')[1].split(' of ')[0]} of {len(priced)}")
+    assert ("no KEDA setting meets the SLO on the other" in cost) is (left_out > 0)
+    # More duplicates than KEDA's is a miss.
+    many = replace(steady, ours=replace(steady.ours, duplicate_deliveries=tuned.duplicate_deliveries + 5))
+    assert f"steady ({tuned.duplicate_deliveries + 5} vs {tuned.duplicate_deliveries})" in scoreboard([many])[5]
+    assert half.startswith("| SLO with serviceTime told x0.5 | ") and double.startswith("| SLO with serviceTime told x2 | ")
+    assert bursts.startswith("| a burst meets enough capacity within a poll (10 s) plus the start-up | ")
 
 
 # Two bursts into a 3 s job, in whole seconds: every replica count sees the same service times, message by message.
