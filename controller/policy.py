@@ -140,38 +140,147 @@ def learn_throughput(
 
 
 def learn_from_wait(
-    spec: QueueScalerSpec, observation: Observation, count: float, slope: float | None, current: int,
-    memory: ScalingMemory, now: float, startup: float,
+    spec: QueueScalerSpec, observation: Observation, history: Sequence[Observation], count: float,
+    slope: float | None, current: int, memory: ScalingMemory, now: float, startup: float,
 ) -> ScalingMemory:
-    """The memory after this poll's oldest waiting message: how long it waited bounds the throughput from below.
+    """The memory after this poll's front messages: how long they waited bounds the throughput from below.
 
-    First in, first out: while the oldest waiting message waited `age` seconds, every message ahead of it was
-    taken by the replicas. When the count did not grow meanwhile (the trend is not rising, so at least as many
-    were ahead of it as wait now) and no replica was removed (so at most `current` took them), each replica takes
-    at least `waiting / (current x age)` messages a second, `waiting` being the count less the slots in flight.
-    Unlike a drain this needs no falling count: steady traffic that a too-short serviceTime keeps waiting twice
-    the drain time shows it, where the count alone cannot tell slow replicas from more traffic. Read only when
-    the message waited at least the drain time (and a poll): a shorter wait says the sizing keeps its promise,
-    and its bound, divided by a small age, is mostly noise. Several queues served by the same replicas: each
-    head saw the messages ahead of it taken within the oldest head's wait, so the sum of what waits over the
-    oldest wait is still a lower bound. The same thresholds as drains, and the same trust (see
+    First in, first out: while a queue's front message waited `age` seconds, every message ahead of it was taken
+    by the replicas. Read only when the oldest waited at least the drain time (and a poll): a shorter wait says
+    the sizing keeps its promise, and its bound, divided by a small age, is mostly noise. Two readings of it, each
+    a lower bound (see `_settled_wait` and `_wait_since_poll`), with the same thresholds and trust as drains (see
     `learn_throughput`).
     """
     stated = _learnable(spec, current)
     ages = [reading.oldest_age for reading in observation.readings]
-    if stated is None or slope is None or slope > 0 or not ages or None in ages:
+    if stated is None or not ages or None in ages:
         return memory
     age = max(a or 0.0 for a in ages)
     drain_time = sizing(spec).drain_time or 0.0
     if age <= 0 or age < max(spec.polling_interval, drain_time):
         return memory
+    for bound in (
+        _settled_wait(spec, count, slope, current, memory, now, startup, stated, age, drain_time),
+        _wait_since_poll(spec, observation, history, current, memory, now, startup, stated),
+    ):
+        if bound is not None:
+            memory = _remember_bound(spec, memory, stated, bound)
+    return memory
+
+
+def _settled_wait(
+    spec: QueueScalerSpec, count: float, slope: float | None, current: int, memory: ScalingMemory, now: float,
+    startup: float, stated: float, age: float, drain_time: float,
+) -> float | None:
+    """The bound from a wait under settled replicas: `waiting / (current x age)`, or None.
+
+    When the count did not grow meanwhile (the trend is not rising, so at least as many were ahead of the oldest
+    as wait now) and no replica was added or removed during its wait, each replica takes at least that many
+    messages a second, `waiting` being the count less the slots in flight. Unlike a drain this needs no falling
+    count: steady traffic that a too-short serviceTime keeps waiting twice the drain time shows it, where the
+    count alone cannot tell slow replicas from more traffic. Several queues served by the same replicas: each
+    head saw the messages ahead of it taken within the oldest head's wait, so the sum of what waits over the
+    oldest wait is still a lower bound. It needs a backlog behind every slot, as a drain does.
+    """
+    if slope is None or slope > 0:
+        return None
     # The whole wait under the replicas there now, the last ones added given their start-up.
     if now - age < max((memory.last_scale_up or -math.inf) + startup, memory.last_scale_down or -math.inf):
-        return memory
+        return None
     waiting = count - (spec.policy.messages_per_replica or 1) * current
     if waiting < max(DRAIN_MESSAGES, BACKLOG_SHARE * stated * drain_time * current):
-        return memory
-    return _remember_bound(spec, memory, stated, waiting / (current * age))
+        return None
+    return waiting / (current * age)
+
+
+def _wait_since_poll(
+    spec: QueueScalerSpec, observation: Observation, history: Sequence[Observation], current: int,
+    memory: ScalingMemory, now: float, startup: float, stated: float,
+) -> float | None:
+    """The bound from a wait under any replicas: what waited at the poll before each front message arrived, over
+    the replica-seconds ready since, or None.
+
+    Each queue's messages waiting at the last poll before its front message was put were ahead of it, so all
+    were taken since (less the slots then in flight, which may have held some of the count). The replicas ready
+    meanwhile are known from the scale events: one added counts from a start-up after its scale-up, one removed
+    stops at once; pods slower to start than that only lower the bound. This reads a burst's first minute,
+    while replicas are still being added, where neither a drain nor a settled wait exists yet: with a
+    serviceTime told x0.5, the next bursts are sized on what the first one showed. What the polls cannot see is
+    what arrived between that poll and the front message (ahead of it, and taken too: the bound is lower than
+    the truth by that much), so it is read only when even counting all of it, at most the count's rise to the
+    next poll plus what the replicas could complete at the stated speed meanwhile, and every slot in flight, the
+    replicas were slower than CONSISTENT_DRAIN x the statement: arrivals the polls missed cannot explain it.
+    """
+    per_slot = spec.policy.messages_per_replica or 1
+    polls = [o for o in history if not o.failed and len(o.readings) == len(observation.readings)]
+    taken = unseen = 0.0
+    start = now
+    for index, (reading, source) in enumerate(zip(observation.readings, spec.sources, strict=False)):
+        arrived = now - (reading.oldest_age or 0.0)
+        before = next((o for o in reversed(polls) if o.time <= arrived), None)
+        if before is None:
+            return None
+        after = next((o for o in polls if o.time > arrived), observation)
+        then = _replicas_at(memory, current, before.time)
+        counted = (before.readings[index].count or 0) * source.weight
+        taken += max(0.0, counted - per_slot * then)
+        rise = max(0.0, (after.readings[index].count or 0) * source.weight - counted)
+        unseen += rise + per_slot * then + stated * _ready_seconds(memory, current, startup, before.time, after.time)
+        start = min(start, before.time)
+    seconds = _ready_seconds(memory, current, startup, start, now)
+    if taken < DRAIN_MESSAGES or seconds <= 0 or (taken + unseen) / seconds >= CONSISTENT_DRAIN * stated:
+        return None
+    # Proven slower than the statement: a bound under INFORMATIVE_DRAIN is the unseen arrivals, not replicas at
+    # a fifth of their speed, and what is trusted is at least LEARNED_FLOOR x stated either way.
+    return max(taken / seconds, INFORMATIVE_DRAIN * stated)
+
+
+def _replicas_at(memory: ScalingMemory, current: int, time: float) -> int:
+    """The replicas asked for at `time`, before a scale made then: `current` less the scale events since."""
+    replicas = current
+    for event in reversed(memory.scale_events):
+        if event.time < time:
+            break
+        replicas = event.from_replicas
+    return replicas
+
+
+def _ready_seconds(memory: ScalingMemory, current: int, startup: float, start: float, end: float) -> float:
+    """Replica-seconds ready within [start, end], from the scale events (`current` after the last): a replica
+    added is ready a start-up after its scale-up; a removal takes replicas still starting first, as a ReplicaSet
+    does, then ready ones. Before the first event kept, every replica counts as ready."""
+    events = memory.scale_events
+    ready = float(events[0].from_replicas if events else current)
+    starting: list[list[float]] = []  # [ready at, replicas], oldest first
+    total = 0.0
+    clock = min(start, events[0].time if events else start)
+
+    def advance(until: float) -> None:
+        nonlocal clock, ready, total
+        while True:
+            step = min(until, starting[0][0]) if starting else until
+            total += ready * max(0.0, min(step, end) - max(clock, start))
+            clock = max(clock, step)
+            if not starting or starting[0][0] > until:
+                return
+            ready += starting.pop(0)[1]
+
+    for event in events:
+        advance(event.time)
+        change = event.to_replicas - event.from_replicas
+        if change > 0:
+            starting.append([event.time + startup, float(change)])
+            continue
+        removed = float(-change)
+        while removed and starting:
+            taken = min(removed, starting[-1][1])
+            starting[-1][1] -= taken
+            removed -= taken
+            if not starting[-1][1]:
+                starting.pop()
+        ready = max(0.0, ready - removed)
+    advance(end)
+    return total
 
 
 def _learnable(spec: QueueScalerSpec, current: int) -> float | None:
@@ -614,7 +723,7 @@ def decide(
         memory = replace(memory, consecutive_failures=0, last_known_counts=())
     startup = startup_time(spec, measured_startup)
     memory = learn_throughput(spec, count, current, memory, now, startup)
-    memory = learn_from_wait(spec, observation, count, slope, current, memory, now, startup)
+    memory = learn_from_wait(spec, observation, history, count, slope, current, memory, now, startup)
     memory = remember_burst(spec, count, history, memory, now, measured_startup)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
@@ -718,7 +827,10 @@ def _on_count(
         readying = None
 
     release_delay = scale_down_delay(spec, size, measured_startup)
-    memory = _remember(memory, spec, now, recommended, inactive_since, release_delay)
+    # A wait since a poll of the history reads the replicas back to a start-up before its oldest poll.
+    events_kept = (policy.trend_window + spec.polling_interval + startup_time(spec, measured_startup)
+                   if _learnable(spec, current) is not None else 0.0)
+    memory = _remember(memory, spec, now, recommended, inactive_since, release_delay, events_kept)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
@@ -887,9 +999,10 @@ def _within(since: float | None, now: float, window: float) -> bool:
 
 def _remember(
     memory: ScalingMemory, spec: QueueScalerSpec, now: float, replicas: int, inactive_since: float | None,
-    release_delay: float,
+    release_delay: float, events_kept: float,
 ) -> ScalingMemory:
-    """Add this tick's recommendation (as a run) and forget what no window or period can still see."""
+    """Add this tick's recommendation (as a run) and forget what no window or period can still see: scale events
+    are kept for the step limits' periods and `events_kept` (what a wait since a poll of the history needs)."""
     policy = spec.policy
     horizon = max(policy.scale_up.stabilization_window, policy.scale_down.stabilization_window,
                   release_delay, 2 * spec.polling_interval)
@@ -902,7 +1015,7 @@ def _remember(
     while first < len(runs) - 1 and runs[first + 1].since <= cutoff:
         first += 1
     periods = [p.period for d in (policy.scale_up, policy.scale_down) for p in d.policies]
-    event_horizon = now - max(periods, default=0.0)
+    event_horizon = now - max([events_kept, *periods])
     events = memory.scale_events
     if events and events[0].time <= event_horizon:
         events = tuple(e for e in events if e.time > event_horizon)

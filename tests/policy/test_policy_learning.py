@@ -13,8 +13,8 @@ import pytest
 
 import controller.policy
 from benchmarks.policy_suite import our_rule
-from controller.model.readings import Reason, ScalingMemory
-from controller.policy import raw_need, sizing, trend, trusted_throughput
+from controller.model.readings import Reason, ScaleEvent, ScalingMemory
+from controller.policy import _ready_seconds, raw_need, sizing, trend, trusted_throughput
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario
@@ -176,6 +176,68 @@ def test_waits_in_count_mode_teach_nothing() -> None:
     assert waited([60, 60, 60], targetPerReplica=31).memory.learned_throughput is None
 
 
+# A burst's first minute: 10 replicas at t=-60, 10 more asked at -50 (ready at -40, the 10 s start-up). The front
+# message now waited 55 s: it was put at -55, after the poll at -60, so what waited at -60 was ahead of it and all
+# of it was taken since, by 10 x 60 + 10 x 40 = 1,000 replica-seconds.
+BURST_EVENTS = ScalingMemory(scale_events=(ScaleEvent(-50.0, 10, 20),), last_scale_up=-50.0)
+
+
+def waited_since(polls: list[tuple[float, int]], now_count: int, age: float, memory: ScalingMemory = BURST_EVENTS,
+                 current: int = 20) -> Run:
+    """A rule whose history holds `polls` (time, count), now seeing `now_count` with its front waiting `age`."""
+    run = Run(make_spec(policy=RATE), current=current, memory=memory)
+    run.history.extend(seen(t, c) for t, c in polls)
+    run.tick(0, now_count, ages=[age])
+    return run
+
+
+def test_a_wait_while_replicas_are_still_added_teaches_the_throughput() -> None:
+    run = waited_since([(-60, 610), (-50, 600), (-40, 600), (-30, 560), (-20, 500), (-10, 450)], 400, 55)
+    # (610 - 10 in flight) / 1,000 replica-seconds = 0.6 a second. Even counting every unseen message (the
+    # count's rise to -50: none; the 10 in flight; what 10 replicas at the stated 1/s could take from -60 to
+    # -50: 100), (600 + 0 + 10 + 100) / 1,000 = 0.71 < 0.8 x stated: slower than stated whatever arrived.
+    assert run.memory.learned_throughput == pytest.approx(0.6)
+    assert "as drains and waits showed" in run.decisions[-1].message
+
+
+def test_a_wait_that_unseen_arrivals_could_explain_teaches_nothing() -> None:
+    # The count rose by 200 from -60 to -50: up to 200 put before the front message may have been ahead of it,
+    # (600 + 200 + 10 + 100) / 1,000 = 0.91 >= 0.8 x stated.
+    run = waited_since([(-60, 610), (-50, 810), (-40, 800), (-30, 700), (-20, 600), (-10, 500)], 400, 55)
+    assert run.memory.learned_throughput is None
+
+
+def test_a_wait_proven_slow_but_loosely_bounded_is_trusted_at_half_the_statement() -> None:
+    # 300 / 1,000 = 0.3 a second, below 0.4 x stated, but (300 + 10 + 100) / 1,000 = 0.41 proves the replicas
+    # slower than 0.8 x stated: it stands for 0.4, and the sizing trusts no less than half the statement.
+    run = waited_since([(-60, 310), (-50, 300), (-40, 300), (-30, 280), (-20, 250), (-10, 220)], 200, 55)
+    assert run.memory.learned_throughput == pytest.approx(0.4)
+    assert trusted_throughput(run.spec, run.memory.learned_throughput) == 0.5
+
+
+def test_a_wait_since_a_poll_outside_the_history_teaches_nothing() -> None:
+    # Put at -75, before every poll the history holds: nothing says how many were ahead of it.
+    run = waited_since([(-60, 610), (-50, 600), (-40, 600), (-30, 560), (-20, 500), (-10, 450)], 400, 75)
+    assert run.memory.learned_throughput is None
+
+
+def test_replicas_count_as_ready_a_start_up_after_their_scale_up_and_a_scale_in_takes_starting_ones_first() -> None:
+    memory = ScalingMemory(scale_events=(ScaleEvent(-50.0, 10, 20), ScaleEvent(-45.0, 20, 15)))
+    # 10 throughout; of the 10 asked at -50, the scale-in at -45 took 5 still starting; 5 are ready from -40.
+    assert _ready_seconds(memory, 15, 10.0, -60.0, 0.0) == pytest.approx(10 * 60 + 5 * 40)
+    # A scale-in of ready replicas stops them at once.
+    memory = ScalingMemory(scale_events=(ScaleEvent(-30.0, 10, 4),))
+    assert _ready_seconds(memory, 4, 10.0, -60.0, 0.0) == pytest.approx(10 * 30 + 4 * 30)
+
+
+def test_scale_events_are_kept_as_long_as_a_wait_since_a_poll_reads_them() -> None:
+    # The history reaches a trend window and a poll back (70 s), and replicas a start-up before that (80 s).
+    memory = ScalingMemory(scale_events=(ScaleEvent(-90.0, 1, 2), ScaleEvent(-70.0, 2, 3)), last_scale_up=-70.0)
+    run = Run(make_spec(policy=RATE), current=3, memory=memory)
+    run.tick(0, 3)
+    assert [e.time for e in run.memory.scale_events] == [-70.0]
+
+
 # ------------------------------------------------------------------------------------------------ a small run
 
 
@@ -220,10 +282,34 @@ def test_steady_traffic_told_half_the_service_time_meets_the_target_wait_by_its_
     sc = _steady(60)
     learning = _told(sc, 0.5)
     assert learning.wait_p99 <= 60
-    monkeypatch.setattr(controller.policy, "learn_from_wait", lambda *args: args[5])  # the memory, unchanged
+    monkeypatch.setattr(controller.policy, "learn_from_wait", lambda *args: args[6])  # the memory, unchanged
     count_only = _told(sc, 0.5)
     # The count alone: messages wait about twice the drain time, and the tail goes past the objective.
     assert count_only.wait_p99 > 60
+
+
+def _storms() -> Scenario:
+    """A message a second and, every 10 minutes, 300 more within 20 s; 1-3 s each, two at a time; 40 s start-up."""
+    return scenario(
+        duration=3600, seed=1, slo={"waitSeconds": 60},
+        workers={"startupDelay": 40, "serviceTime": {"distribution": "uniform", "min": 1, "max": 3},
+                 "concurrency": 2, "maxReplicas": 60},
+        arrivals=[{"type": "poisson", "rate": 1},
+                  {"type": "burst", "at": [300, 900, 1500, 2100, 2700, 3300], "messages": 300, "over": 20}],
+    )
+
+
+def test_bursts_told_half_the_service_time_meet_the_target_wait_by_the_first_bursts_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sc = _storms()
+    learning = _told(sc, 0.5)
+    assert learning.wait_p99 <= 60
+    # Without reading waits while replicas are added: a burst's backlog is gone before the replicas settle, so no
+    # drain or settled wait is seen, and every burst is sized on the statement.
+    monkeypatch.setattr(controller.policy, "_wait_since_poll", lambda *_: None)
+    stated_only = _told(sc, 0.5)
+    assert stated_only.wait_p99 > 60
 
 
 # ------------------------------------------------------------------------------------------------ failures
