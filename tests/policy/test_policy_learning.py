@@ -12,12 +12,14 @@ import json
 import pytest
 
 import controller.policy
+from benchmarks.fidelity import SCENARIOS, rule_for
 from benchmarks.policy_suite import our_rule
+from controller.commands.simulate import load_rules
 from controller.model.readings import Reason, ScaleEvent, ScalingMemory
 from controller.policy import _ready_seconds, raw_need, sizing, trend, trusted_throughput
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
-from controller.simulator.scenario import Scenario
+from controller.simulator.scenario import Scenario, load_scenario
 from tests.policy_helpers import Run, make_spec, seen
 from tests.sim_helpers import scenario
 
@@ -310,6 +312,27 @@ def test_bursts_told_half_the_service_time_meet_the_target_wait_by_the_first_bur
     monkeypatch.setattr(controller.policy, "_wait_since_poll", lambda *_: None)
     stated_only = _told(sc, 0.5)
     assert stated_only.wait_p99 > 60
+
+
+def test_the_live_fidelity_scenario_learns_from_its_first_bursts_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # benchmarks/scenarios/fidelity/fidelity-learn.yaml, run live by benchmarks/fidelity.py with its own rule: a
+    # message a second and 150 more at 40 s, 2-second jobs two at a time, the rule told 1 second.
+    scenario_file = SCENARIOS / "fidelity-learn.yaml"
+    scenario = load_scenario(str(scenario_file))
+    [rule] = load_rules([str(rule_for(scenario_file))])
+
+    def desired() -> dict[int, int]:
+        result = simulate(scenario, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, scenario.start_epoch))],
+                          record_timeline=True)[0]
+        return {point.t: point.desired for point in result.timeline}
+
+    learning = desired()
+    # 20 s into the burst the front message has waited the 30 s drain time, and what waited before it went at
+    # half the stated speed: sized at 1 a second a replica, 4 replicas become 7.
+    assert (learning[59], learning[60]) == (4, 7)
+    monkeypatch.setattr(controller.policy, "_wait_since_poll", lambda *_: None)
+    stated_only = desired()
+    assert (stated_only[59], stated_only[60]) == (4, 4)
 
 
 # ------------------------------------------------------------------------------------------------ failures
