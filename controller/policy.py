@@ -490,6 +490,36 @@ def cold_start_condition(
         "at one period are readied for on their own)")
 
 
+def service_time_condition(spec: QueueScalerSpec, learned: float | None) -> tuple[bool, str, str] | None:
+    """What drains and waits showed of the stated speed: (as stated, reason, message) for the rule's ServiceTime
+    condition; None where the rule learns nothing (count mode, or an explicit targetPerReplica).
+
+    False where the fastest drain or wait seen ran below CONSISTENT_DRAIN x the statement, so the sizing uses a
+    slower speed than the rule states: the serviceTime is likely too short, and only a correct one sizes the
+    first burst of a new rule right (what is learned lives in this rule's status).
+    """
+    stated = stated_throughput(spec)
+    trusted = trusted_throughput(spec, learned)
+    if not spec.policy.learns_throughput or stated is None or trusted is None:
+        return None
+    policy = spec.policy
+    per_replica = policy.messages_per_replica or 1
+    said = (f"serviceTime {duration(policy.service_time)}" if policy.service_time is not None
+            else f"throughputPerReplica {stated:.3g}")
+    said += f" ({stated:.3g}/s a replica)"
+    if learned is None:
+        return True, "AsStated", f"no drain or wait has shown replicas slower than the stated {said}"
+    seen = f"the fastest drain or wait seen ran at {learned:.3g}/s a replica"
+    if trusted >= stated:
+        return True, "Confirmed", f"{seen}, at least {CONSISTENT_DRAIN:.0%} of the stated {said}: sized as stated"
+    floor = (f" (no less than {LEARNED_FLOOR:.0%} of the statement is trusted)"
+             if learned < LEARNED_FLOOR * stated else "")
+    return False, "SlowerThanStated", (
+        f"{seen}, below the stated {said}: sized at {trusted:.3g}/s a replica{floor}; if replicas are that slow, "
+        f"state serviceTime of about {duration(per_replica / learned)} so that a new rule sizes its first burst "
+        "right")
+
+
 def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = None) -> float:
     """How long a rule stays inactive before going to zero: the rule's `scaleToZeroDelay`, else derived.
 

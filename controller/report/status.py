@@ -3,7 +3,8 @@
 Conditions: Ready (the queues and the target can be read and scaled), Active (the queue is above the activation
 threshold; reason and message are the policy's last decision), Fallback, Paused, and for a rule with
 targetWaitSeconds, ColdStart (whether a replica started when work arrives can still meet it; False is a warning:
-only replicas kept ready meet the objective for a burst on idle capacity).
+only replicas kept ready meet the objective for a burst on idle capacity), and for a rule in rate mode, ServiceTime
+(whether drains and waits showed replicas as fast as the rule states; False: sized slower than stated).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from controller.model.fields import FieldError
 from controller.model.readings import Reason
 from controller.model.rule import QueueScaler
 from controller.model.textfmt import duration
-from controller.policy import Decision, cold_start_condition, effective_bounds
+from controller.policy import Decision, cold_start_condition, effective_bounds, service_time_condition
 from controller.reconciler import TickResult
 from controller.targets.base import TargetError
 
@@ -146,6 +147,11 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
         met, reason, message = outlook
         status["conditions"].append(
             condition("ColdStart", "True" if met else "False", reason, message, generation, now, prior))
+    speed = service_time_condition(rule.spec, result.memory.learned_throughput)
+    if speed is not None:
+        met, reason, message = speed
+        status["conditions"].append(
+            condition("ServiceTime", "True" if met else "False", reason, message, generation, now, prior))
     return status
 
 

@@ -290,6 +290,10 @@ def test_kubectl_wait_sees_a_cold_start_too_slow_for_the_objective(cluster: Clus
         reason = cluster.kubectl("get", "qs", "slow", "-n", NS, "-o",
                                  'jsonpath={.status.conditions[?(@.type=="ColdStart")].reason}')
         assert reason.stdout == "ColdStartTooSlow"
+        # Rate mode: what drains and waits showed of the stated serviceTime (nothing yet).
+        speed = cluster.kubectl("get", "qs", "slow", "-n", NS, "-o",
+                                'jsonpath={.status.conditions[?(@.type=="ServiceTime")].reason}')
+        assert speed.stdout == "AsStated"
         # The example rule states no wait objective: it gets no such condition.
         none = cluster.kubectl("get", "qs", RULE, "-n", NS, "-o",
                                'jsonpath={.status.conditions[?(@.type=="ColdStart")].reason}')

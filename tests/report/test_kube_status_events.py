@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -257,3 +258,30 @@ def test_a_rule_whose_objective_a_cold_start_cannot_meet_says_so_in_wait_objecti
     assert (fits["ColdStart"]["status"], fits["ColdStart"]["reason"]) == ("True", "ColdStartFits")
     # A count-mode rule states no wait: no such condition.
     assert "ColdStart" not in conditions(tick_status(result(1000), None, NOW))
+
+
+def service_time(learned: float | None, **spec: Any) -> dict[str, Any]:
+    """The ServiceTime condition after a tick whose memory holds `learned` (messages/s a replica)."""
+    tick = result(1000, **spec)
+    tick = replace(tick, memory=replace(tick.memory, learned_throughput=learned))
+    return conditions(tick_status(tick, None, NOW))["ServiceTime"]
+
+
+def test_a_rule_whose_replicas_drained_slower_than_stated_is_told_the_service_time_they_showed() -> None:
+    policy = {"targetWaitSeconds": 60, "serviceTime": "1s"}
+    slow = service_time(0.5, policy=policy)
+    assert (slow["status"], slow["reason"]) == ("False", "SlowerThanStated")
+    assert slow["message"] == (
+        "the fastest drain or wait seen ran at 0.5/s a replica, below the stated serviceTime 1s (1/s a replica): "
+        "sized at 0.5/s a replica; if replicas are that slow, state serviceTime of about 2s so that a new rule "
+        "sizes its first burst right")
+    # Below half the statement: the sizing trusts half, and says so.
+    slower = service_time(0.25, policy=policy)
+    assert "sized at 0.5/s a replica (no less than 50% of the statement is trusted)" in slower["message"]
+    assert "state serviceTime of about 4s" in slower["message"]
+    confirmed = service_time(0.9, policy=policy)
+    assert (confirmed["status"], confirmed["reason"]) == ("True", "Confirmed")
+    unseen = service_time(None, policy=policy)
+    assert (unseen["status"], unseen["reason"]) == ("True", "AsStated")
+    # Count mode learns nothing: no such condition.
+    assert "ServiceTime" not in conditions(tick_status(result(1000), None, NOW))
