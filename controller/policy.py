@@ -200,8 +200,10 @@ def _wait_since_poll(
     """The bound from a wait under any replicas: what waited at the poll before each front message arrived, over
     the replica-seconds ready since, or None.
 
-    Each queue's messages waiting at the last poll before its front message was put were ahead of it, so all
-    were taken since (less the slots then in flight, which may have held some of the count). The replicas ready
+    Each queue's messages counted at the last poll before its front message was put were ahead of it, so all
+    were taken since, and all but those still in flight now (at most the slots of the replicas there now) were
+    completed: a lower bound of the completions, whether the count held the messages in flight then or not,
+    while new replicas fill their slots. The replicas ready
     meanwhile are known from the scale events: one added counts from a start-up after its scale-up, one removed
     stops at once; pods slower to start than that only lower the bound. This reads a burst's first minute,
     while replicas are still being added, where neither a drain nor a settled wait exists yet: with a
@@ -213,7 +215,7 @@ def _wait_since_poll(
     """
     per_slot = spec.policy.messages_per_replica or 1
     polls = [o for o in history if not o.failed and len(o.readings) == len(observation.readings)]
-    taken = unseen = 0.0
+    counted = unseen = 0.0
     start = now
     for index, (reading, source) in enumerate(zip(observation.readings, spec.sources, strict=False)):
         arrived = now - (reading.oldest_age or 0.0)
@@ -222,17 +224,20 @@ def _wait_since_poll(
             return None
         after = next((o for o in polls if o.time > arrived), observation)
         then = _replicas_at(memory, current, before.time)
-        counted = (before.readings[index].count or 0) * source.weight
-        taken += max(0.0, counted - per_slot * then)
-        rise = max(0.0, (after.readings[index].count or 0) * source.weight - counted)
+        count = (before.readings[index].count or 0) * source.weight
+        counted += count
+        rise = max(0.0, (after.readings[index].count or 0) * source.weight - count)
         unseen += rise + per_slot * then + stated * _ready_seconds(memory, current, startup, before.time, after.time)
         start = min(start, before.time)
     seconds = _ready_seconds(memory, current, startup, start, now)
-    if taken < DRAIN_MESSAGES or seconds <= 0 or (taken + unseen) / seconds >= CONSISTENT_DRAIN * stated:
+    # Everything counted then was taken since; what is still in flight now (at most the slots of the replicas
+    # there now) is not yet completed.
+    completed = counted - per_slot * current
+    if completed < DRAIN_MESSAGES or seconds <= 0 or (counted + unseen) / seconds >= CONSISTENT_DRAIN * stated:
         return None
     # Proven slower than the statement: a bound under INFORMATIVE_DRAIN is the unseen arrivals, not replicas at
     # a fifth of their speed, and what is trusted is at least LEARNED_FLOOR x stated either way.
-    return max(taken / seconds, INFORMATIVE_DRAIN * stated)
+    return max(completed / seconds, INFORMATIVE_DRAIN * stated)
 
 
 def _replicas_at(memory: ScalingMemory, current: int, time: float) -> int:

@@ -195,23 +195,24 @@ def waited_since(polls: list[tuple[float, int]], now_count: int, age: float, mem
 
 def test_a_wait_while_replicas_are_still_added_teaches_the_throughput() -> None:
     run = waited_since([(-60, 610), (-50, 600), (-40, 600), (-30, 560), (-20, 500), (-10, 450)], 400, 55)
-    # (610 - 10 in flight) / 1,000 replica-seconds = 0.6 a second. Even counting every unseen message (the
-    # count's rise to -50: none; the 10 in flight; what 10 replicas at the stated 1/s could take from -60 to
-    # -50: 100), (600 + 0 + 10 + 100) / 1,000 = 0.71 < 0.8 x stated: slower than stated whatever arrived.
-    assert run.memory.learned_throughput == pytest.approx(0.6)
+    # All 610 were taken since, all but the 20 that the 20 replicas there now may hold were completed:
+    # 590 / 1,000 replica-seconds = 0.59 a second. Even counting every unseen completion (the count's rise to
+    # -50: none; the 10 slots then in flight; what 10 replicas at the stated 1/s could take from -60 to -50:
+    # 100), (610 + 0 + 10 + 100) / 1,000 = 0.72 < 0.8 x stated: slower than stated whatever arrived.
+    assert run.memory.learned_throughput == pytest.approx(0.59)
     assert "as drains and waits showed" in run.decisions[-1].message
 
 
 def test_a_wait_that_unseen_arrivals_could_explain_teaches_nothing() -> None:
     # The count rose by 200 from -60 to -50: up to 200 put before the front message may have been ahead of it,
-    # (600 + 200 + 10 + 100) / 1,000 = 0.91 >= 0.8 x stated.
+    # (610 + 200 + 10 + 100) / 1,000 = 0.92 >= 0.8 x stated.
     run = waited_since([(-60, 610), (-50, 810), (-40, 800), (-30, 700), (-20, 600), (-10, 500)], 400, 55)
     assert run.memory.learned_throughput is None
 
 
 def test_a_wait_proven_slow_but_loosely_bounded_is_trusted_at_half_the_statement() -> None:
-    # 300 / 1,000 = 0.3 a second, below 0.4 x stated, but (300 + 10 + 100) / 1,000 = 0.41 proves the replicas
-    # slower than 0.8 x stated: it stands for 0.4, and the sizing trusts no less than half the statement.
+    # (310 - 20) / 1,000 = 0.29 a second, below 0.4 x stated, but (310 + 10 + 100) / 1,000 = 0.42 proves the
+    # replicas slower than 0.8 x stated: it stands for 0.4, and the sizing trusts no less than half the statement.
     run = waited_since([(-60, 310), (-50, 300), (-40, 300), (-30, 280), (-20, 250), (-10, 220)], 200, 55)
     assert run.memory.learned_throughput == pytest.approx(0.4)
     assert trusted_throughput(run.spec, run.memory.learned_throughput) == 0.5
@@ -327,12 +328,13 @@ def test_the_live_fidelity_scenario_learns_from_its_first_bursts_wait(monkeypatc
         return {point.t: point.desired for point in result.timeline}
 
     learning = desired()
-    # 20 s into the burst the front message has waited the 30 s drain time, and what waited before it went at
-    # half the stated speed: sized at 1 a second a replica, 4 replicas become 7.
-    assert (learning[59], learning[60]) == (4, 7)
+    # 35 s into the burst the front message has waited the 30 s drain time, and what waited before it went at
+    # half the stated speed (even counting what the polls could not see): sized at 1 a second a replica, 4
+    # replicas become 6.
+    assert (learning[74], learning[75]) == (4, 6)
     monkeypatch.setattr(controller.policy, "_wait_since_poll", lambda *_: None)
     stated_only = desired()
-    assert (stated_only[59], stated_only[60]) == (4, 4)
+    assert (stated_only[74], stated_only[75]) == (4, 4)
 
 
 # ------------------------------------------------------------------------------------------------ failures
