@@ -141,17 +141,16 @@ def tick_status(result: TickResult, previous: Mapping[str, Any] | None, now: flo
     measured = status.get("startupSeconds")
     # The decision's bounds where there is one: the schedules are read once per tick.
     bounds = decision.bounds if decision is not None else effective_bounds(rule.spec, result.time)
-    outlook = cold_start_condition(rule.spec, measured if isinstance(measured, (int, float)) else None,
-                                   bounds.minimum)
-    if outlook is not None:
-        met, reason, message = outlook
-        status["conditions"].append(
-            condition("ColdStart", "True" if met else "False", reason, message, generation, now, prior))
-    speed = service_time_condition(rule.spec, result.memory.learned_throughput)
-    if speed is not None:
-        met, reason, message = speed
-        status["conditions"].append(
-            condition("ServiceTime", "True" if met else "False", reason, message, generation, now, prior))
+    # The policy's outlooks, where the rule has them: (holds, reason, message).
+    for kind, outlook in (
+        ("ColdStart", cold_start_condition(rule.spec, measured if isinstance(measured, (int, float)) else None,
+                                           bounds.minimum)),
+        ("ServiceTime", service_time_condition(rule.spec, result.memory.learned_throughput)),
+    ):
+        if outlook is not None:
+            met, reason, message = outlook
+            status["conditions"].append(
+                condition(kind, "True" if met else "False", reason, message, generation, now, prior))
     return status
 
 
