@@ -18,9 +18,10 @@ from controller.model.fields import FieldError
 from controller.model.readings import Reason
 from controller.model.rule import QueueScaler
 from controller.model.textfmt import duration
-from controller.policy import Decision, cold_start_condition, effective_bounds, service_time_condition
+from controller.policy import Decision, cold_start_condition, effective_bounds
 from controller.reconciler import TickResult
 from controller.targets.base import TargetError
+from controller.throughput import service_time_condition
 
 Status = dict[str, Any]
 

@@ -12,14 +12,16 @@ import json
 import pytest
 
 import controller.policy
+import controller.throughput
 from benchmarks.fidelity import SCENARIOS, rule_for
 from benchmarks.policy_suite import our_rule
 from controller.commands.simulate import load_rules
 from controller.model.readings import Reason, ScaleEvent, ScalingMemory
-from controller.policy import _ready_seconds, raw_need, sizing, trend, trusted_throughput
+from controller.policy import raw_need, sizing, trend
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, load_scenario
+from controller.throughput import _ready_seconds, trusted_throughput
 from tests.policy_helpers import Run, make_spec, seen
 from tests.sim_helpers import scenario
 
@@ -263,7 +265,7 @@ def test_a_rule_told_half_the_service_time_still_meets_the_target_wait(monkeypat
     sc = _batch(500)
     learning = _told(sc, 0.5)
     assert learning.wait_p99 <= 500
-    monkeypatch.setattr(controller.policy, "INFORMATIVE_DRAIN", float("inf"))  # learn nothing
+    monkeypatch.setattr(controller.throughput, "INFORMATIVE_DRAIN", float("inf"))  # learn nothing
     stated_only = _told(sc, 0.5)
     # The drain showed the replicas at half the stated speed; sizing from that cleared the batch sooner.
     assert learning.wait_p99 < stated_only.wait_p99 - 20
@@ -310,7 +312,7 @@ def test_bursts_told_half_the_service_time_meet_the_target_wait_by_the_first_bur
     assert learning.wait_p99 <= 60
     # Without reading waits while replicas are added: a burst's backlog is gone before the replicas settle, so no
     # drain or settled wait is seen, and every burst is sized on the statement.
-    monkeypatch.setattr(controller.policy, "_wait_since_poll", lambda *_: None)
+    monkeypatch.setattr(controller.throughput, "_wait_since_poll", lambda *_: None)
     stated_only = _told(sc, 0.5)
     assert stated_only.wait_p99 > 60
 
@@ -332,7 +334,7 @@ def test_the_live_fidelity_scenario_learns_from_its_first_bursts_wait(monkeypatc
     # half the stated speed (even counting what the polls could not see): sized at 1 a second a replica, 4
     # replicas become 6.
     assert (learning[74], learning[75]) == (4, 6)
-    monkeypatch.setattr(controller.policy, "_wait_since_poll", lambda *_: None)
+    monkeypatch.setattr(controller.throughput, "_wait_since_poll", lambda *_: None)
     stated_only = desired()
     assert (stated_only[74], stated_only[75]) == (4, 4)
 

@@ -1,0 +1,300 @@
+"""What one replica completes a second: as the rule states it, as drains and waits showed it, and what the
+sizing trusts of the two.
+
+Pure, like the policy that calls it (docs/policy.md, *A wrong serviceTime*): each poll's count and front messages
+may leave a lower bound of the replicas' real throughput in the memory; `trusted_throughput` bounds what is
+learned by the statement. `drain_time` is the sizing's (the policy's `sizing`): what a backlog may take to clear.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import replace
+
+from controller.model.readings import Observation, ScalingMemory
+from controller.model.rule import QueueScalerSpec
+from controller.model.textfmt import duration
+
+# How far a learned throughput is trusted, as multiples of the stated one. Down to half: a serviceTime guessed
+# x0.5 must still meet the objective; below that the rule is wrong, not the guess. Never above: a drain faster
+# than stated may be a lucky run of short messages, and trusting it spends the margin the objective keeps; a
+# serviceTime guessed too long only costs worker-seconds (measured: a ceiling of 1.5 gained nothing on the
+# built-in scenarios).
+LEARNED_FLOOR = 0.5
+LEARNED_CEILING = 1.0
+# A drain at least this share of the stated throughput confirms it: drains are lower bounds (arrivals during a
+# drain slow it), and a backlog cleared at 80 % of the stated speed is as likely arrivals as slower replicas.
+CONSISTENT_DRAIN = 0.8
+# A drain slower than this share of the stated throughput reads as arrivals that go on, not as slow replicas:
+# a count that falls slowly proves nothing about how fast replicas work.
+INFORMATIVE_DRAIN = 0.4
+# Polls a drain must span before it teaches anything: one interval is noise.
+DRAIN_POLLS = 3
+# Messages a drain must clear before it teaches anything: a few completions more or less (service times vary)
+# would swing a small drain's rate by half.
+DRAIN_MESSAGES = 20.0
+# A drain is read only with a backlog behind every slot of at least this share of the drain time's worth: a count
+# that hovers just above the work in flight falls and rises with single completions and arrivals.
+BACKLOG_SHARE = 0.5
+
+
+def learn_throughput(
+    spec: QueueScalerSpec, count: float, current: int, memory: ScalingMemory, now: float, startup: float,
+    drain_time: float,
+) -> ScalingMemory:
+    """The memory after this poll's count: where the current drain started, and the throughput drains showed.
+
+    A drain is a stretch of polls with the replicas unchanged (the new ones given their start-up time) and a
+    backlog behind every slot (the count at least `messagesPerReplica` plus half the drain time's worth per
+    replica), so that replicas complete `current x throughput` messages a second. The count's change is arrivals
+    minus completions, so its fall since the drain started, per replica and second, is a lower bound of the real
+    throughput whatever arrived meanwhile. The learned throughput is the fastest such drain seen: a rule whose
+    serviceTime is too short (replicas slower than it says) never drains faster than the real rate, and sizing
+    from it keeps the objective. A drain counts once it spans DRAIN_POLLS polls and DRAIN_MESSAGES messages and
+    runs at INFORMATIVE_DRAIN x the stated throughput or more (a count falling slowly is arrivals going on, not
+    slow replicas); the sizing trusts it only within [LEARNED_FLOOR, LEARNED_CEILING] x the stated throughput.
+    """
+    stated = learnable(spec, current)
+    if stated is None:
+        return memory
+    per_replica = spec.policy.messages_per_replica or 1
+    settled = max(
+        (memory.last_scale_up or -math.inf) + startup,
+        (memory.last_scale_down or -math.inf) + max(startup, spec.polling_interval),
+    )
+    backlog = BACKLOG_SHARE * stated * drain_time
+    if now < settled or count < (per_replica + backlog) * current:
+        return memory if memory.drain_from is None else replace(memory, drain_from=None)
+    start = memory.drain_from
+    if start is None or start[0] < settled or count >= start[1] + DRAIN_MESSAGES:
+        # A drain is measured from its peak: a count that rose since the drain started would hide its speed.
+        return replace(memory, drain_from=(now, count))
+    since, first = start
+    fallen = first - count
+    if now - since < DRAIN_POLLS * spec.polling_interval or fallen < DRAIN_MESSAGES:
+        return memory
+    return _remember_bound(spec, memory, stated, fallen / (current * (now - since)))
+
+
+def learn_from_wait(
+    spec: QueueScalerSpec, observation: Observation, history: Sequence[Observation], count: float,
+    slope: float | None, current: int, memory: ScalingMemory, now: float, startup: float, drain_time: float,
+) -> ScalingMemory:
+    """The memory after this poll's front messages: how long they waited bounds the throughput from below.
+
+    First in, first out: while a queue's front message waited `age` seconds, every message ahead of it was taken
+    by the replicas. Read only when the oldest waited at least the drain time (and a poll): a shorter wait says
+    the sizing keeps its promise, and its bound, divided by a small age, is mostly noise. Two readings of it, each
+    a lower bound (see `_settled_wait` and `_wait_since_poll`), with the same thresholds and trust as drains (see
+    `learn_throughput`).
+    """
+    stated = learnable(spec, current)
+    ages = [reading.oldest_age for reading in observation.readings]
+    if stated is None or not ages or None in ages:
+        return memory
+    age = max(a or 0.0 for a in ages)
+    if age <= 0 or age < max(spec.polling_interval, drain_time):
+        return memory
+    for bound in (
+        _settled_wait(spec, count, slope, current, memory, now, startup, stated, age, drain_time),
+        _wait_since_poll(spec, observation, history, current, memory, now, startup, stated),
+    ):
+        if bound is not None:
+            memory = _remember_bound(spec, memory, stated, bound)
+    return memory
+
+
+def _settled_wait(
+    spec: QueueScalerSpec, count: float, slope: float | None, current: int, memory: ScalingMemory, now: float,
+    startup: float, stated: float, age: float, drain_time: float,
+) -> float | None:
+    """The bound from a wait under settled replicas: `waiting / (current x age)`, or None.
+
+    When the count did not grow meanwhile (the trend is not rising, so at least as many were ahead of the oldest
+    as wait now) and no replica was added or removed during its wait, each replica takes at least that many
+    messages a second, `waiting` being the count less the slots in flight. Unlike a drain this needs no falling
+    count: steady traffic that a too-short serviceTime keeps waiting twice the drain time shows it, where the
+    count alone cannot tell slow replicas from more traffic. Several queues served by the same replicas: each
+    head saw the messages ahead of it taken within the oldest head's wait, so the sum of what waits over the
+    oldest wait is still a lower bound. It needs a backlog behind every slot, as a drain does.
+    """
+    if slope is None or slope > 0:
+        return None
+    # The whole wait under the replicas there now, the last ones added given their start-up.
+    if now - age < max((memory.last_scale_up or -math.inf) + startup, memory.last_scale_down or -math.inf):
+        return None
+    waiting = count - (spec.policy.messages_per_replica or 1) * current
+    if waiting < max(DRAIN_MESSAGES, BACKLOG_SHARE * stated * drain_time * current):
+        return None
+    return waiting / (current * age)
+
+
+def _wait_since_poll(
+    spec: QueueScalerSpec, observation: Observation, history: Sequence[Observation], current: int,
+    memory: ScalingMemory, now: float, startup: float, stated: float,
+) -> float | None:
+    """The bound from a wait under any replicas: what waited at the poll before each front message arrived, over
+    the replica-seconds ready since, or None.
+
+    Each queue's messages counted at the last poll before its front message was put were ahead of it, so all
+    were taken since, and all but those still in flight now (at most the slots of the replicas there now) were
+    completed: a lower bound of the completions, whether the count held the messages in flight then or not,
+    while new replicas fill their slots. The replicas ready
+    meanwhile are known from the scale events: one added counts from a start-up after its scale-up, one removed
+    stops at once; pods slower to start than that only lower the bound. This reads a burst's first minute,
+    while replicas are still being added, where neither a drain nor a settled wait exists yet: with a
+    serviceTime told x0.5, the next bursts are sized on what the first one showed. What the polls cannot see is
+    what arrived between that poll and the front message (ahead of it, and taken too: the bound is lower than
+    the truth by that much), so it is read only when even counting all of it, at most the count's rise to the
+    next poll plus what the replicas could complete at the stated speed meanwhile, and every slot in flight, the
+    replicas were slower than CONSISTENT_DRAIN x the statement: arrivals the polls missed cannot explain it.
+    """
+    per_slot = spec.policy.messages_per_replica or 1
+    polls = [o for o in history if not o.failed and len(o.readings) == len(observation.readings)]
+    counted = unseen = 0.0
+    start = now
+    for index, (reading, source) in enumerate(zip(observation.readings, spec.sources, strict=False)):
+        arrived = now - (reading.oldest_age or 0.0)
+        before = next((o for o in reversed(polls) if o.time <= arrived), None)
+        if before is None:
+            return None
+        after = next((o for o in polls if o.time > arrived), observation)
+        then = _replicas_at(memory, current, before.time)
+        count = (before.readings[index].count or 0) * source.weight
+        counted += count
+        rise = max(0.0, (after.readings[index].count or 0) * source.weight - count)
+        unseen += rise + per_slot * then + stated * _ready_seconds(memory, current, startup, before.time, after.time)
+        start = min(start, before.time)
+    seconds = _ready_seconds(memory, current, startup, start, now)
+    # Everything counted then was taken since; what is still in flight now (at most the slots of the replicas
+    # there now) is not yet completed.
+    completed = counted - per_slot * current
+    if completed < DRAIN_MESSAGES or seconds <= 0 or (counted + unseen) / seconds >= CONSISTENT_DRAIN * stated:
+        return None
+    # Proven slower than the statement: a bound under INFORMATIVE_DRAIN is the unseen arrivals, not replicas at
+    # a fifth of their speed, and what is trusted is at least LEARNED_FLOOR x stated either way.
+    return max(completed / seconds, INFORMATIVE_DRAIN * stated)
+
+
+def _replicas_at(memory: ScalingMemory, current: int, time: float) -> int:
+    """The replicas asked for at `time`, before a scale made then: `current` less the scale events since."""
+    replicas = current
+    for event in reversed(memory.scale_events):
+        if event.time < time:
+            break
+        replicas = event.from_replicas
+    return replicas
+
+
+def _ready_seconds(memory: ScalingMemory, current: int, startup: float, start: float, end: float) -> float:
+    """Replica-seconds ready within [start, end], from the scale events (`current` after the last): a replica
+    added is ready a start-up after its scale-up; a removal takes replicas still starting first, as a ReplicaSet
+    does, then ready ones. Before the first event kept, every replica counts as ready."""
+    events = memory.scale_events
+    ready = float(events[0].from_replicas if events else current)
+    starting: list[list[float]] = []  # [ready at, replicas], oldest first
+    total = 0.0
+    clock = min(start, events[0].time if events else start)
+
+    def advance(until: float) -> None:
+        nonlocal clock, ready, total
+        while True:
+            step = min(until, starting[0][0]) if starting else until
+            total += ready * max(0.0, min(step, end) - max(clock, start))
+            clock = max(clock, step)
+            if not starting or starting[0][0] > until:
+                return
+            ready += starting.pop(0)[1]
+
+    for event in events:
+        advance(event.time)
+        change = event.to_replicas - event.from_replicas
+        if change > 0:
+            starting.append([event.time + startup, float(change)])
+            continue
+        removed = float(-change)
+        while removed and starting:
+            taken = min(removed, starting[-1][1])
+            starting[-1][1] -= taken
+            removed -= taken
+            if not starting[-1][1]:
+                starting.pop()
+        ready = max(0.0, ready - removed)
+    advance(end)
+    return total
+
+
+def learnable(spec: QueueScalerSpec, current: int) -> float | None:
+    """The stated throughput when there is something to learn about it: rate mode with its own target, some
+    replicas, and queues whose counts add up (a max over queues says nothing of the replicas' speed)."""
+    if not spec.policy.learns_throughput or current <= 0 or (len(spec.sources) > 1 and spec.aggregation != "sum"):
+        return None
+    return stated_throughput(spec)
+
+
+def _remember_bound(spec: QueueScalerSpec, memory: ScalingMemory, stated: float, bound: float) -> ScalingMemory:
+    """The memory with a new lower bound of the throughput, kept when it is informative and moves what is trusted.
+
+    Bounds below INFORMATIVE_DRAIN x stated teach nothing (a count falling slowly is arrivals going on); the
+    fastest bound seen is kept. Only a bound that moves the trusted value is remembered: status is written when
+    memory changes.
+    """
+    if bound < INFORMATIVE_DRAIN * stated:
+        return memory
+    known = trusted_throughput(spec, memory.learned_throughput)
+    if known is not None and memory.learned_throughput is not None and (
+        (trusted_throughput(spec, bound) or 0.0) <= 1.02 * known
+    ):
+        return memory
+    return replace(memory, learned_throughput=bound)
+
+
+
+
+def stated_throughput(spec: QueueScalerSpec) -> float | None:
+    """Messages per second one replica completes, as the rule states it (rate mode); None in count mode."""
+    policy = spec.policy
+    if policy.throughput_per_replica is not None:
+        return policy.throughput_per_replica
+    if policy.service_time is not None:
+        return (policy.messages_per_replica or 1) / policy.service_time
+    return None
+
+
+def trusted_throughput(spec: QueueScalerSpec, learned: float | None) -> float | None:
+    """The throughput the sizing uses: the learned one, bounded by the stated one (see `learn_throughput`)."""
+    stated = stated_throughput(spec)
+    if stated is None or learned is None or learned >= CONSISTENT_DRAIN * stated:
+        return stated
+    return min(LEARNED_CEILING * stated, max(LEARNED_FLOOR * stated, learned))
+
+
+def service_time_condition(spec: QueueScalerSpec, learned: float | None) -> tuple[bool, str, str] | None:
+    """What drains and waits showed of the stated speed: (as stated, reason, message) for the rule's ServiceTime
+    condition; None where the rule learns nothing (count mode, or an explicit targetPerReplica).
+
+    False where the fastest drain or wait seen ran below CONSISTENT_DRAIN x the statement, so the sizing uses a
+    slower speed than the rule states: the serviceTime is likely too short, and only a correct one sizes the
+    first burst of a new rule right (what is learned lives in this rule's status).
+    """
+    stated = stated_throughput(spec)
+    trusted = trusted_throughput(spec, learned)
+    if not spec.policy.learns_throughput or stated is None or trusted is None:
+        return None
+    policy = spec.policy
+    per_replica = policy.messages_per_replica or 1
+    said = (f"serviceTime {duration(policy.service_time)}" if policy.service_time is not None
+            else f"throughputPerReplica {stated:.3g}")
+    said += f" ({stated:.3g}/s a replica)"
+    if learned is None:
+        return True, "AsStated", f"no drain or wait has shown replicas slower than the stated {said}"
+    seen = f"the fastest drain or wait seen ran at {learned:.3g}/s a replica"
+    if trusted >= stated:
+        return True, "Confirmed", f"{seen}, at least {CONSISTENT_DRAIN:.0%} of the stated {said}: sized as stated"
+    floor = (f" (no less than {LEARNED_FLOOR:.0%} of the statement is trusted)"
+             if learned < LEARNED_FLOOR * stated else "")
+    return False, "SlowerThanStated", (
+        f"{seen}, below the stated {said}: sized at {trusted:.3g}/s a replica{floor}; if replicas are that slow, "
+        f"state serviceTime of about {duration(per_replica / learned)} so that a new rule sizes its first burst "
+        "right")
