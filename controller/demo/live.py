@@ -34,7 +34,7 @@ from controller.demo.harness import (
     LiveHarness,
     finish,
 )
-from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure
+from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure, service_times
 from controller.model.fields import SecretKeyRef
 from controller.model.rule import QueueScaler
 from controller.model.sources.azure_queue import AzureQueueSource
@@ -283,6 +283,9 @@ class ScenarioDemo:
         live = measure(record, scenario, plan)
         simulated = await asyncio.to_thread(simulate_rule, scenario, rule)  # it runs its own event loop
         spread = await asyncio.to_thread(simulated_spread, scenario, rule)
+        jobs = service_times(record)
+        with_live_jobs = (await asyncio.to_thread(simulated_spread, with_service_times(scenario, jobs), rule)
+                          if jobs else None)
         assert harness.azurite is not None
         duration_seconds = round(end - run.start, 1)
         processes = harness.processes(run.start)
@@ -296,6 +299,7 @@ class ScenarioDemo:
             **live.to_json(),
             "simulated": simulated.metrics.to_json(),
             "simulated_spread": spread,
+            "simulated_with_live_jobs": with_live_jobs,
             "azurite": {"pid": harness.azurite.pid, "address": f"127.0.0.1:{harness.azurite.port}"},
             "worker_processes": processes,
             "scale_events": run.scale_events,
@@ -417,6 +421,14 @@ def simulated_spread(scenario: Scenario, rule: QueueScaler, draws: int = SPREAD_
         values = sorted(float(getattr(m, key)) for m in runs)
         spread[key] = [values[0], statistics.median(values), values[-1]]
     return spread
+
+
+def with_service_times(scenario: Scenario, measured: Sequence[float]) -> Scenario:
+    """The scenario with the service times a live run measured as its distribution: the same arrivals (the same
+    seed), and the luck of the live run's jobs instead of a draw of the stated one."""
+    workers = scenario.workers
+    return replace(scenario, workers=replace(workers, service_time=replace(workers.service_time,
+                                                                           measured=tuple(measured))))
 
 
 def _write_timeline(path: Path, run: _Run) -> None:

@@ -77,6 +77,13 @@ class LiveRecord:
     remaining: int | None = None  # the queue's approximate count at the end
 
 
+def service_times(record: LiveRecord) -> tuple[float, ...]:
+    """How long each delivery the workers finished took (received to done), in the order received: the live run's
+    own luck, for a simulation to be given. Deliveries a stopped worker killed or released are left out."""
+    return tuple(d.ended - d.received for d in sorted(record.deliveries, key=lambda d: d.received)
+                 if d.ended is not None and d.released is None and d.ended >= d.received)
+
+
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:
     """Nearest-rank percentile, as the simulator's; 0 when there is none."""
     if not sorted_values:

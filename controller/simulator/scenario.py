@@ -48,9 +48,15 @@ class ServiceTime:
     stddev: float = 0.0
     minimum: float = 0.0
     maximum: float = 0.0
+    # Service times a live run's workers took (`queuescale demo --scenario`): when given, they are the
+    # distribution, each equally likely, so that a simulation can be given the luck the live run had.
+    measured: tuple[float, ...] = ()
 
     def quantile(self, u: float) -> float:
         """The service time at cumulative probability u (0 < u < 1)."""
+        if self.measured:
+            ordered = sorted(self.measured)
+            return ordered[min(len(ordered) - 1, int(u * len(ordered)))]
         if self.distribution == "constant":
             return self.mean
         if self.distribution == "exponential":
@@ -62,11 +68,16 @@ class ServiceTime:
         return math.exp(mu + math.sqrt(sigma2) * statistics.NormalDist().inv_cdf(u))
 
     def table(self, size: int = SERVICE_TABLE_SIZE) -> list[float]:
-        """`size` equally likely service times (mid-quantiles): drawing an index uniformly samples the distribution."""
+        """`size` equally likely service times (mid-quantiles): drawing an index uniformly samples the distribution.
+        Measured service times are their own table, whatever `size`."""
+        if self.measured:
+            return sorted(self.measured)
         return [self.quantile((i + 0.5) / size) for i in range(size)]
 
     @property
     def average(self) -> float:
+        if self.measured:
+            return statistics.fmean(self.measured)
         if self.distribution == "uniform":
             return (self.minimum + self.maximum) / 2
         return self.mean

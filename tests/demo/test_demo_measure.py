@@ -13,12 +13,22 @@ from pathlib import Path
 
 import pytest
 
-from controller.demo.live import read_worker_logs, send_schedule, service_time_argument
-from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure, oldest_ages, percentile
+from controller.demo.live import read_worker_logs, send_schedule, service_time_argument, with_service_times
+from controller.demo.measure import (
+    Delivery,
+    Lifetime,
+    LiveRecord,
+    SentMessage,
+    measure,
+    oldest_ages,
+    percentile,
+    service_times,
+)
 from controller.demo.worker import ServiceTimeError, service_time_sampler
-from controller.simulator.run import Metrics
+from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import ServiceTime, parse_scenario, plan_arrivals
 from controller.simulator.world import World
+from tests.sim_helpers import ScaleAt
 
 T0 = 1_000_000.0
 
@@ -206,3 +216,26 @@ def test_the_worker_logs_become_deliveries_matched_to_their_ends(tmp_path: Path)
         Delivery(6, 11, 10.5, 1, None, False),
         Delivery(7, 11, 10.6, 1, None, False, released=13.0),
     ]
+
+
+def test_the_live_service_times_are_the_finished_deliveries_received_to_done_in_the_order_received() -> None:
+    deliveries = (
+        Delivery(2, 11, T0 + 5.0, 1, ended=T0 + 7.5, deleted=True),
+        Delivery(1, 10, T0 + 1.0, 1, ended=T0 + 2.25, deleted=True),
+        Delivery(3, 10, T0 + 3.0, 1),                                   # its worker died first: no time
+        Delivery(4, 12, T0 + 4.0, 1, ended=T0 + 4.5, released=T0 + 4.5),  # handed back on scale-in: no time
+        Delivery(5, 12, T0 + 6.0, 2, ended=T0 + 16.0, deleted=False),   # outlasted its visibility: 10 s all the same
+    )
+    assert service_times(record(deliveries=deliveries)) == (1.25, 2.5, 10.0)
+
+
+def test_measured_service_times_are_the_simulators_distribution_each_equally_likely() -> None:
+    measured = ServiceTime("constant", 1.0, measured=(3.0, 1.0, 2.0, 2.0))
+    assert measured.table() == [1.0, 2.0, 2.0, 3.0]
+    assert measured.average == 2.0
+    assert measured.quantile(0.1) == 1.0 and measured.quantile(0.9) == 3.0
+    # Measured 2-second jobs simulate exactly as stated 2-second ones.
+    stated = replace(SCENARIO, workers=replace(SCENARIO.workers, service_time=ServiceTime("constant", 2.0)))
+    given = with_service_times(stated, [2.0] * 7)
+    contender = [Contender("fixed", lambda world: ScaleAt(world, {0: 3}))]
+    assert simulate(given, contender)[0].metrics == simulate(stated, contender)[0].metrics

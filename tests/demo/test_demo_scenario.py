@@ -70,6 +70,9 @@ def test_a_scenario_runs_live_and_its_summary_holds_the_simulators_metrics_measu
     assert set(summary["simulated"]) == keys, "and the same scenario and rule simulated, under the same keys"
     planned = plan_arrivals(load_scenario(str(scenario))).total
     assert summary["messages_arrived"] == summary["simulated"]["messages_arrived"] == planned == 25
+    given = summary["simulated_with_live_jobs"]
+    assert set(given) == set(summary["simulated_spread"]), "and simulated again given the live jobs' service times"
+    assert given["messages_arrived"] == [25, 25, 25]
     assert summary["messages_processed"] == planned, "every message was worked on and deleted"
     assert summary["messages_remaining"] == 0
     assert summary["duplicate_deliveries"] == 0  # 0.3 s jobs, a 10 s visibility timeout, drained on scale-in
