@@ -22,7 +22,8 @@ A scenario run (`queuescale demo --scenario`) makes it behave as the scenario's 
 
 Each event is one JSON line on stdout (times in seconds since the epoch; `sent` is what the sender wrote into the
 message): `ready`, `received` (a delivery: `message`, `sent`, `received`, `dequeue_count`), `done` (deleted, with
-`received` and `done`), `lost` (its delete failed: the message's visibility timeout ran out during the work and
+`received`, `done` and `work`, the drawn service time it slept: the rest of done - received is the delete and the
+thread's start), `lost` (its delete failed: the message's visibility timeout ran out during the work and
 another delivery owns it now), `released` (made visible again on SIGTERM, with `received` and `released`),
 `stopped`. The demo reads them for its report and its measurements.
 """
@@ -162,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (TypeError, ValueError):
             body = {}
         number, sent = body.get("n"), body.get("sent")
-        time.sleep(draw())  # the work; a SIGTERM now lets it finish (drain)
+        work_seconds = draw()
+        time.sleep(work_seconds)  # the work; a SIGTERM now lets it finish (drain)
         with lock:
             if handed_back[0]:
                 return  # released on SIGTERM: another delivery owns it now (the daemon thread ends with us)
@@ -172,11 +174,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except AzureError as exc:
             # Its visibility timeout ran out meanwhile: another delivery owns the message (a 404 on the receipt).
             events.say("lost", message=number, sent=sent, received=received, done=time.time(),
-                       error=type(exc).__name__)
+                       work=work_seconds, error=type(exc).__name__)
         else:
             with lock:
                 processed[0] += 1
-            events.say("done", message=number, sent=sent, received=received, done=time.time())
+            events.say("done", message=number, sent=sent, received=received, done=time.time(), work=work_seconds)
         finally:
             with lock:
                 free[0] += 1

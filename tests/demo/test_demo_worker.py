@@ -89,3 +89,29 @@ def test_a_killed_worker_leaves_its_message_invisible_for_the_visibility_timeout
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_a_done_message_says_the_work_it_slept_and_the_delete_takes_the_rest_of_its_time(
+    azurite: Azurite, queue: QueueClient
+) -> None:
+    queue.send_message(json.dumps({"n": 7, "sent": time.time()}))
+    env = {**os.environ, CONNECTION_ENV: azurite.connection_string, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controller.demo.worker", "--queue", queue.queue_name, "--work-time", "0.5",
+         "--scale-in", "drain", "--visibility-timeout", "30"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    try:
+        deadline = time.monotonic() + 20
+        done: dict[str, Any] = {}
+        for line in process.stdout:
+            event = json.loads(line)
+            if event["event"] == "done" or time.monotonic() > deadline:
+                done = event
+                break
+        assert done["event"] == "done" and done["message"] == 7
+        assert done["work"] == 0.5
+        assert 0.5 <= done["done"] - done["received"] < 5.0
+        assert queue.get_queue_properties().approximate_message_count == 0  # deleted
+    finally:
+        stop(process)
