@@ -8,9 +8,10 @@ Each scenario runs live with `queuescale demo --scenario FILE --policy benchmark
 (or `rule-NAME.yaml` beside `fidelity-NAME.yaml`, where the scenario needs a rule of its own): Azurite, real worker
 processes, the operator's reconciler; it takes the scenario's own duration, 2-6 minutes. The demo
 also simulates the same scenario and rule and writes both into demo-summary.json: once with the scenario's seed,
-20 times with other service-time draws, and 20 times given the service times the live run's workers took (the
-same arrivals and the same jobs' luck, in another order). This prints, per scenario and metric, the live value, the
-simulated one and the difference, the median given the live jobs, and the spread of the other draws. It checks
+20 times with other service-time draws, and 20 times given the service times the live run's workers took, in the
+order they took them (the same arrivals and the same jobs in the same order: only each job's rounding to whole
+seconds is left to chance). This prints, per scenario and metric, the live value, the simulated one and the
+difference, the median given the live jobs, and the spread of the other draws. It checks
 the agreement the simulator claims (docs/simulator.md, "Fidelity"), against the simulation given the live jobs
 (the seed's draw, for a summary without them): worker-seconds within 10 %, p99 wait within max(10 %, 2 s). Exit 1
 when a scenario disagrees beyond that.

@@ -424,11 +424,12 @@ def simulated_spread(scenario: Scenario, rule: QueueScaler, draws: int = SPREAD_
 
 
 def with_service_times(scenario: Scenario, measured: Sequence[float]) -> Scenario:
-    """The scenario with the service times a live run measured as its distribution: the same arrivals (the same
-    seed), and the luck of the live run's jobs instead of a draw of the stated one."""
+    """The scenario given the service times a live run measured, in the order its workers took them: the same
+    arrivals (the same seed) and the same jobs in the same order, instead of a draw of the stated distribution. What
+    is left to chance is each job's rounding to whole seconds."""
     workers = scenario.workers
-    return replace(scenario, workers=replace(workers, service_time=replace(workers.service_time,
-                                                                           measured=tuple(measured))))
+    return replace(scenario, workers=replace(workers, service_time=replace(
+        workers.service_time, measured=tuple(measured), in_order=True)))
 
 
 def _write_timeline(path: Path, run: _Run) -> None:

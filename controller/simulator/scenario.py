@@ -48,9 +48,11 @@ class ServiceTime:
     stddev: float = 0.0
     minimum: float = 0.0
     maximum: float = 0.0
-    # Service times a live run's workers took (`queuescale demo --scenario`): when given, they are the
-    # distribution, each equally likely, so that a simulation can be given the luck the live run had.
+    # Service times a live run's workers took (`queuescale demo --scenario`), in the order they took them: when
+    # given, they are the distribution, each equally likely, so that a simulation can be given the luck the live
+    # run had; `in_order`: taken one a message in that order, not drawn (the same jobs in the same order).
     measured: tuple[float, ...] = ()
+    in_order: bool = False
 
     def quantile(self, u: float) -> float:
         """The service time at cumulative probability u (0 < u < 1)."""
@@ -69,9 +71,9 @@ class ServiceTime:
 
     def table(self, size: int = SERVICE_TABLE_SIZE) -> list[float]:
         """`size` equally likely service times (mid-quantiles): drawing an index uniformly samples the distribution.
-        Measured service times are their own table, whatever `size`."""
+        Measured service times are their own table, whatever `size` (in their order when taken in order)."""
         if self.measured:
-            return sorted(self.measured)
+            return list(self.measured) if self.in_order else sorted(self.measured)
         return [self.quantile((i + 0.5) / size) for i in range(size)]
 
     @property

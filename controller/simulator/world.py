@@ -11,9 +11,10 @@ the same for 1 message or 10,000. Azure semantics kept:
 - every delivery after the first is a duplicate (dequeue count > 1).
 
 Service times come from a table of equally likely values; a step dequeues at most `GROUPS` groups of messages,
-each group sharing one drawn service time from its own stratum of the distribution. A service time s is rounded
-to whole steps at random (up with probability frac(s)), so a slot with 0.3-second messages completes 1/0.3 of them
-per second on average, and the mean is kept exactly.
+each group sharing one drawn service time from its own stratum of the distribution. Service times a live run
+measured can instead be taken in the order its workers took them (`ServiceTime.in_order`), one a message. A service
+time s is rounded to whole steps at random (up with probability frac(s)), so a slot with 0.3-second messages
+completes 1/0.3 of them per second on average, and the mean is kept exactly.
 """
 
 from __future__ import annotations
@@ -118,6 +119,9 @@ class World:
         self.table_fraction = [s - int(s) for s in service_table]
         # Each queue of a scenario draws its service times from its own stream; the first keeps the one-queue seed.
         self.rng = random.Random(seed * 7919 + 17 + stream * 104729)
+        # Measured service times taken in order: the next one for each message dequeued (the table is that order).
+        self.in_order = workers.service_time.in_order
+        self.next_index = 0
         self.slo_wait = slo_wait
 
         self.visible: deque[Cohort] = deque()
@@ -436,7 +440,7 @@ class World:
                     visible.popleft()
                     while left and not visible[0].count:
                         visible.popleft()
-            groups = n if n < GROUPS else GROUPS
+            groups = n if n < GROUPS or self.in_order else GROUPS
             share, extra = divmod(n, groups)
             scale = size / groups
             # The strata that get one message more rotate, or short service times would be favoured.
@@ -447,12 +451,18 @@ class World:
                 m = share + 1 if extra and (i - offset) % groups < extra else share
                 # One uniform picks the table cell within stratum i; its remainder within the cell (uniform and
                 # independent of the cell) rounds the service time up or down to whole steps.
-                x = (i + rng_random()) * scale
-                index = int(x)
+                if self.in_order:
+                    index = self.next_index
+                    self.next_index = (index + 1) % size
+                    up = rng_random() < fraction[index]
+                else:
+                    x = (i + rng_random()) * scale
+                    index = int(x)
+                    up = x - index < fraction[index]
                 s = table[index]
                 busy += m * s
                 steps = whole[index]
-                if x - index < fraction[index]:
+                if up:
                     steps += 1
                 if steps == 0:
                     immediate += m

@@ -234,8 +234,27 @@ def test_measured_service_times_are_the_simulators_distribution_each_equally_lik
     assert measured.table() == [1.0, 2.0, 2.0, 3.0]
     assert measured.average == 2.0
     assert measured.quantile(0.1) == 1.0 and measured.quantile(0.9) == 3.0
+    assert replace(measured, in_order=True).table() == [3.0, 1.0, 2.0, 2.0]
     # Measured 2-second jobs simulate exactly as stated 2-second ones.
     stated = replace(SCENARIO, workers=replace(SCENARIO.workers, service_time=ServiceTime("constant", 2.0)))
     given = with_service_times(stated, [2.0] * 7)
     contender = [Contender("fixed", lambda world: ScaleAt(world, {0: 3}))]
     assert simulate(given, contender)[0].metrics == simulate(stated, contender)[0].metrics
+
+
+def test_live_jobs_given_in_order_are_taken_one_a_message_in_that_order() -> None:
+    # One replica of one slot from the start, three messages at once: their jobs take 1 s, 3 s and 1 s in the order
+    # the live workers took them, so they wait 0, 1 and 4 s; given in the other order (3, 1, 1), 0, 3 and 4 s.
+    stated = parse_scenario({
+        "duration": 20, "seed": 1, "slo": {"waitSeconds": 10}, "queue": {"visibilityTimeout": "30s"},
+        "workers": {"startupDelay": "1s", "serviceTime": "1s", "concurrency": 1, "maxReplicas": 1,
+                    "initialReplicas": 1},
+        "arrivals": [{"type": "burst", "at": 2, "messages": 3, "over": 1}],
+    })
+    fixed = [Contender("one", lambda world: ScaleAt(world, {0: 1}))]
+    waits = {}
+    for jobs in ((1.0, 3.0, 1.0), (3.0, 1.0, 1.0)):
+        metrics = simulate(with_service_times(stated, jobs), fixed)[0].metrics
+        assert metrics.busy_worker_seconds == 5.0
+        waits[jobs] = (metrics.wait_p50, metrics.wait_max)
+    assert waits == {(1.0, 3.0, 1.0): (1.0, 4.0), (3.0, 1.0, 1.0): (3.0, 4.0)}
