@@ -181,6 +181,11 @@ DEFAULT_DRAIN_TIME = 60.0
 # start fits) is still kept until this many polls in a row found it unneeded: one poll's dip does not stop a
 # replica the next poll wants back.
 UNNEEDED_POLLS = 2
+# Where a scale-in kills jobs shorter than a poll, a burst's capacity may go before the scale-down delay, at a poll
+# where the replicas removed are expected to hold at most QUIET_KILLS messages, and only when what is kept is at
+# most QUIET_SHARE of the replicas (the need fell as a burst ends, not in a dip). See `releases_when_quiet`.
+QUIET_KILLS = 1.0
+QUIET_SHARE = 1 / 3
 
 
 @dataclass(frozen=True)
@@ -326,6 +331,48 @@ def scale_down_delay_why(
         return max(DEFAULT_SCALE_DOWN_DELAY, service), (
             "one serviceTime: a job a scale-in stops would miss the objective")
     return DEFAULT_SCALE_DOWN_DELAY, "the default"
+
+
+def releases_when_quiet(spec: QueueScalerSpec, size: Sizing, measured_startup: float | None = None) -> bool:
+    """Whether a burst's capacity may go before the scale-down delay, at a quiet poll.
+
+    The 2-minute delay keeps a scale-in from stopping jobs (a ReplicaSet cannot tell busy pods from idle ones), but
+    after a burst it holds the burst's replicas idle while a few messages trickle through them. Where the delay is
+    that default (not stated, workers that do not drain, jobs not long against the objective), a cold start fits
+    the objective (a replica released too soon comes back in time), and one job is shorter than a poll (so what is
+    still in flight at a poll is young, and a stopped one is redone for less than a poll's work; longer or
+    heavy-tailed jobs still running after the need fell are the long ones), capacity two polls found unneeded
+    goes at the first poll where the replicas removed hold, in expectation, at most QUIET_KILLS messages.
+    """
+    policy = spec.policy
+    if policy.scale_down.delay is not None or policy.on_scale_in == "drain" or size.throughput is None:
+        return False
+    cold = cold_start(spec, measured_startup)
+    if cold is None or cold.wait > cold.target_wait:
+        return False
+    service = (size.per_replica or 1) / size.throughput
+    return (service <= spec.polling_interval
+            and scale_down_delay(spec, size, measured_startup) == DEFAULT_SCALE_DOWN_DELAY)
+
+
+def _quiet_release(
+    spec: QueueScalerSpec, size: Sizing, memory: ScalingMemory, now: float, current: int, count: float,
+    measured_startup: float | None,
+) -> tuple[int, float] | None:
+    """The replicas to release to at this poll before the scale-down delay, and the messages the replicas removed
+    are expected to hold (see `releases_when_quiet`); None to hold.
+
+    A ReplicaSet picks the pods it removes without knowing which are busy, so removing `current - kept` of
+    `current` replicas stops, in expectation, that share of the messages in flight (the count, at most the
+    slots of the current replicas)."""
+    if not releases_when_quiet(spec, size, measured_startup):
+        return None
+    kept = _window(memory.recommendations, now, UNNEEDED_POLLS * spec.polling_interval, max)
+    if kept >= current or kept > QUIET_SHARE * current:
+        return None
+    in_flight = min(count, float((size.per_replica or 1) * current))
+    stopped = in_flight * (current - kept) / current
+    return (kept, stopped) if stopped <= QUIET_KILLS else None
 
 
 def readies_bursts(spec: QueueScalerSpec, measured_startup: float | None = None) -> bool:
@@ -607,15 +654,21 @@ def _on_count(
     down_rec = _window(memory.recommendations, now, policy.scale_down.stabilization_window, max)
     stabilized = current
     held_by_delay = False
+    quiet: tuple[int, float] | None = None
     if current < up_rec:
         stabilized = up_rec
     elif current > down_rec:
         stabilized = down_rec
         if release_delay > 0:
             # Release only capacity unneeded for the whole delay, then in one step to what the last polls
-            # want: one large step kills less in-flight work than a ramp of small ones.
+            # want: one large step kills less in-flight work than a ramp of small ones. A burst's capacity may
+            # go sooner, at a poll where what it removes holds about nothing.
             if _window(memory.recommendations, now, release_delay, max) >= current:
-                stabilized, held_by_delay = current, True
+                quiet = _quiet_release(spec, size, memory, now, current, count, measured_startup)
+                if quiet is None:
+                    stabilized, held_by_delay = current, True
+                else:
+                    stabilized = quiet[0]
             else:
                 stabilized = _window(memory.recommendations, now, release_delay, max)
     if to_zero:
@@ -650,6 +703,7 @@ def _on_count(
             pending_since + (size.drain_time or 0.0) if deferred and pending_since is not None else None
         ),
         readying=readying is not None,
+        quiet=None if quiet is None else (quiet[1], release_delay),
     )
     return replace(
         base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
@@ -689,6 +743,7 @@ def _explain(
     release_delay: float | None = None,
     deferred_until: float | None = None,
     readying: bool = False,
+    quiet: tuple[float, float] | None = None,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
     by_schedule = f" (schedules: {', '.join(bounds.schedules)})" if bounds.schedules else ""
@@ -713,6 +768,11 @@ def _explain(
             )
         if limited:
             return Reason.LIMITED_BY_STEP, f"scale-down step limit: {move} (wanted {stabilized})"
+        if quiet is not None:
+            stopped, delay = quiet
+            return Reason.SCALED_DOWN, (
+                f"scaled down {move} before the scale-down delay {duration(delay)}: unneeded for two polls, and the "
+                f"replicas removed hold about {stopped:.1f} messages in flight")
         return Reason.SCALED_DOWN, f"scaled down {move}"
     # No change: say what held it.
     keep = f"keeping {current}"

@@ -42,6 +42,7 @@ from controller.policy import (
     cold_start_condition,
     decide,
     readies_bursts,
+    releases_when_quiet,
     scale_down_delay_why,
     scale_to_zero_delay,
     sizing,
@@ -212,7 +213,10 @@ class RuleCheck:
         """When capacity goes, as the operator would derive it (start-up as stated: nothing measured): the
         scale-down delay, why, and the scale-to-zero delay (None when minReplicas keeps replicas)."""
         spec = self.rule.spec
-        delay, why = scale_down_delay_why(spec, sizing(spec))
+        size = sizing(spec)
+        delay, why = scale_down_delay_why(spec, size)
+        if releases_when_quiet(spec, size):
+            why += "; a burst's capacity goes sooner, at a poll where the replicas removed hold at most one message"
         return delay, why, scale_to_zero_delay(spec) if spec.min_replicas == 0 else None
 
     def lines(self, wide: bool = False) -> list[str]:

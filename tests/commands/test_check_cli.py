@@ -102,6 +102,11 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
     assert ("  releases capacity unneeded for 10s (two polls: workers drain, and a cold start fits the objective); "
             "goes to zero after 5m inactive\n") in drained
     assert "readies replicas" not in drained  # 5 + 10 + 1 <= 20: reacting is enough
+    # Killed, with 1 s jobs (shorter than the 5 s poll) and that cold start: a burst's capacity may go sooner.
+    killed = write(tmp_path, "killed.yaml", text.replace("startupTime: 15s}", "startupTime: 10s}"))
+    assert ("  releases capacity unneeded for 2m (the default; a burst's capacity goes sooner, at a poll where the "
+            "replicas removed hold at most one message); goes to zero") in run_check(
+                killed, "--secrets", secrets, "-o", "wide").stdout
     # A count-mode rule states no wait: nothing said.
     plain = write(tmp_path, "plain.yaml", rule_file("orders", key_source_yaml(azurite, queue.queue_name)))
     assert "cold start" not in run_check(plain, "--secrets", secrets).stdout

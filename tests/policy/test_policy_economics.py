@@ -14,7 +14,15 @@ from benchmarks.policy_suite import HOLDOUT, our_rule
 from controller.model.fields import SpecError
 from controller.model.readings import Reason, ScalingMemory
 from controller.model.rule import QueueScaler
-from controller.policy import cold_start_condition, decide, scale_down_delay, scale_to_zero_delay, sizing, startup_time
+from controller.policy import (
+    cold_start_condition,
+    decide,
+    releases_when_quiet,
+    scale_down_delay,
+    scale_to_zero_delay,
+    sizing,
+    startup_time,
+)
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, load_scenario
@@ -201,6 +209,67 @@ def test_workers_that_are_killed_or_release_keep_the_delays_of_lost_work() -> No
     long_drained = make_spec(policy={**LONG_JOBS, "onScaleIn": "drain"})
     assert scale_down_delay(long_drained, sizing(long_drained)) == 20.0
     assert make_spec(policy=RATE).policy.on_scale_in == "kill"  # unknown: the worst case
+
+
+# Workers killed on scale-in (the default), jobs of 2 s (shorter than the 10 s poll), a cold start of 10 + 20 + 2 s
+# within the 60 s objective: a burst's capacity may go before the 2-minute delay at a poll where the replicas
+# removed hold about nothing. One replica is sized for 1 + 0.5 x 30 = 16 messages.
+KILLED = {"targetWaitSeconds": 60, "serviceTime": "2s", "startupTime": "20s"}
+RETRY_STORMS = next(path for path in HOLDOUT if path.stem == "holdout-retry-storms")
+
+
+def test_a_bursts_capacity_goes_before_the_delay_at_a_poll_where_it_holds_about_nothing() -> None:
+    spec = make_spec(policy=KILLED)
+    assert scale_down_delay(spec, sizing(spec)) == 120.0 and releases_when_quiet(spec, sizing(spec))
+    run = Run(spec, current=1, memory=ScalingMemory(last_scale_up=-600.0))
+    assert run.tick(0, 300).desired == 19  # 300 / 16 = 18.75
+    assert run.tick(10, 3).desired == 19  # one poll found 16 of them unneeded: not yet two
+    assert run.tick(20, 3).desired == 19  # what t=0 recommended lasted until t=10: within the last two polls
+    # Two polls want 3, but removing 16 of 19 replicas would stop 3 x 16/19 = 2.5 of the 3 in flight.
+    busy = run.tick(30, 3)
+    assert (busy.desired, busy.reason) == (19, Reason.HELD_BY_STABILIZATION)
+    assert "unneeded for less than the scale-down delay 2m" in busy.message
+    # One in flight: 1 x 16/19 = 0.84 expected stopped, at most one.
+    quiet = run.tick(40, 1)
+    assert (quiet.desired, quiet.reason) == (3, Reason.SCALED_DOWN)
+    assert quiet.message.endswith("scaled down 19 -> 3 before the scale-down delay 2m: unneeded for two polls, and "
+                                  "the replicas removed hold about 0.8 messages in flight")
+    # Two in flight keep 2 of 3, more than a third: no burst's capacity, the delay holds it as before.
+    assert [run.tick(t, 2).desired for t in (50, 60, 70)] == [3, 3, 3]
+
+
+def test_a_dip_keeps_the_delay_however_quiet_the_poll() -> None:
+    run = Run(make_spec(policy=KILLED), current=1, memory=ScalingMemory(last_scale_up=-600.0))
+    assert run.tick(0, 150).desired == 10  # 150 / 16
+    # The need halves for two polls with nothing in flight: 5 kept of 10 is more than a third, a dip.
+    assert [run.tick(t, 80).desired for t in (10, 20, 30, 40)] == [10, 10, 10, 10]
+
+
+def test_only_short_jobs_killed_with_a_derived_default_delay_and_a_cold_start_that_fits_go_when_quiet() -> None:
+    def quiet(**policy: object) -> bool:
+        spec = make_spec(policy={**KILLED, **policy})
+        return releases_when_quiet(spec, sizing(spec))
+
+    assert quiet() and quiet(onScaleIn="release")
+    assert not quiet(serviceTime="15s")  # longer than a poll: what still runs after the need fell is the long tail
+    assert not quiet(onScaleIn="drain")  # released after two polls anyway
+    assert not quiet(scaleDown={"delay": "2m"})  # stated: kept as stated
+    assert not quiet(startupTime="55s")  # 10 + 55 + 2 s > 60 s: capacity still ready meets the next burst
+    count_mode = make_spec(policy={"targetPerReplica": 5})
+    assert not releases_when_quiet(count_mode, sizing(count_mode))
+
+
+def test_a_bursts_capacity_released_when_quiet_costs_less_and_stops_fewer_jobs_in_the_simulator() -> None:
+    # Held-out holdout-retry-storms: bursts of 50 to 400 webhooks of 2 s, pods killed on scale-in. The same rule
+    # stating the same 2-minute delay holds every burst's replicas for it.
+    sc = load_scenario(str(RETRY_STORMS))
+    rule = our_rule(sc)
+    quiet = _run(sc, rule)
+    held = _run(sc, replace(rule, spec=replace(rule.spec, policy=replace(
+        rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=120.0)))))
+    assert quiet.wait_p99 <= sc.slo_wait
+    assert quiet.worker_seconds < 0.85 * held.worker_seconds
+    assert quiet.duplicate_deliveries < held.duplicate_deliveries
 
 
 def test_on_scale_in_is_checked() -> None:
