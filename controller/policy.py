@@ -357,17 +357,18 @@ def releases_when_quiet(spec: QueueScalerSpec, size: Sizing, measured_startup: f
 
 def _quiet_release(
     spec: QueueScalerSpec, size: Sizing, memory: ScalingMemory, now: float, current: int, count: float,
-    measured_startup: float | None,
+    measured_startup: float | None, stabilized: int,
 ) -> tuple[int, float] | None:
     """The replicas to release to at this poll before the scale-down delay, and the messages the replicas removed
-    are expected to hold (see `releases_when_quiet`); None to hold.
+    are expected to hold (see `releases_when_quiet`); None to hold. `stabilized`: what a stated
+    `scaleDown.stabilizationWindow` keeps, at least.
 
     A ReplicaSet picks the pods it removes without knowing which are busy, so removing `current - kept` of
     `current` replicas stops, in expectation, that share of the messages in flight (the count, at most the
     slots of the current replicas)."""
     if not releases_when_quiet(spec, size, measured_startup):
         return None
-    kept = _window(memory.recommendations, now, UNNEEDED_POLLS * spec.polling_interval, max)
+    kept = max(stabilized, _window(memory.recommendations, now, UNNEEDED_POLLS * spec.polling_interval, max))
     if kept >= current or kept > QUIET_SHARE * current:
         return None
     in_flight = min(count, float((size.per_replica or 1) * current))
@@ -664,7 +665,7 @@ def _on_count(
             # want: one large step kills less in-flight work than a ramp of small ones. A burst's capacity may
             # go sooner, at a poll where what it removes holds about nothing.
             if _window(memory.recommendations, now, release_delay, max) >= current:
-                quiet = _quiet_release(spec, size, memory, now, current, count, measured_startup)
+                quiet = _quiet_release(spec, size, memory, now, current, count, measured_startup, down_rec)
                 if quiet is None:
                     stabilized, held_by_delay = current, True
                 else:

@@ -247,6 +247,16 @@ def test_a_dip_keeps_the_delay_however_quiet_the_poll() -> None:
     assert [run.tick(t, 80).desired for t in (10, 20, 30, 40)] == [10, 10, 10, 10]
 
 
+def test_a_stated_stabilization_window_still_keeps_its_largest_recommendation_when_quiet() -> None:
+    run = Run(make_spec(policy={**KILLED, "scaleDown": {"stabilizationWindow": "30s"}}), current=1,
+              memory=ScalingMemory(last_scale_up=-600.0))
+    assert run.tick(0, 300).desired == 19
+    # Nine in flight at t=10 and t=20 keep 9 in the 30 s window until t=60; one in flight from t=30 on. At t=50 the
+    # last two polls want 1 (1 x 18/19 = 0.95 expected stopped), but the window still wants 9: kept as stated.
+    assert [run.tick(t, c).desired for t, c in ((10, 9), (20, 9), (30, 1), (40, 1), (50, 1))] == [19] * 5
+    assert run.tick(60, 1).desired == 1
+
+
 def test_only_short_jobs_killed_with_a_derived_default_delay_and_a_cold_start_that_fits_go_when_quiet() -> None:
     def quiet(**policy: object) -> bool:
         spec = make_spec(policy={**KILLED, **policy})
