@@ -57,18 +57,38 @@ from controller.throughput import (
 # Observations
 
 
-def trend(spec: QueueScalerSpec, observations: Sequence[Observation], now: float) -> float | None:
+def trend(
+    spec: QueueScalerSpec, observations: Sequence[Observation], now: float,
+    held: Sequence[tuple[int, float, float]] = (),
+) -> float | None:
     """The count's slope (messages/s) over the trend window: the median of the pairwise slopes (Theil-Sen).
 
     Robust to a single jump: a burst that lands between two polls is backlog, not a rate, and must not be
     projected forward as one. Only polls every source answered are points: a partial count is not the same sum,
-    and its return would read as growth. None with fewer than two points.
+    and its return would read as growth. None with fewer than two points. While sources fail, `held` (the
+    memory's `last_known_counts`: index, time, count) stands in for each: the same held count in every poll is
+    the same sum, so the sources still answering show their growth (a burst on one queue while another's polls
+    fail is projected as any other).
     """
     start = now - spec.policy.trend_window
-    return _median_slope([
-        (o.time, total) for o in observations
-        if o.time >= start and not o.failed and (total := o.total(spec)) is not None
-    ])
+    if not held:
+        return _median_slope([
+            (o.time, total) for o in observations
+            if o.time >= start and not o.failed and (total := o.total(spec)) is not None
+        ])
+    kept = {index: count for index, _, count in held}
+    points = []
+    for o in observations:
+        if o.time < start or len(o.readings) != len(spec.sources):
+            continue
+        counts = [
+            (reading.count if reading.count is not None else kept.get(index), source.weight)
+            for index, (reading, source) in enumerate(zip(o.readings, spec.sources, strict=True))
+        ]
+        weighted = [count * weight for count, weight in counts if count is not None]
+        if len(weighted) == len(counts):
+            points.append((o.time, max(weighted) if spec.aggregation == "max" else sum(weighted)))
+    return _median_slope(points)
 
 
 def _median_slope(points: Sequence[tuple[float, float]]) -> float | None:
@@ -553,6 +573,8 @@ def _on_failure(
     failures = memory.consecutive_failures + 1
     memory = replace(memory, consecutive_failures=failures)
     count, memory = known_count(spec, observation, history, memory)
+    if memory.last_known_counts:
+        slope = trend(spec, [*history, observation], now, held=memory.last_known_counts)
     errors = [r.error for r in observation.readings if r.error is not None]
     what = "; ".join(f"{e.code}: {e.message}" for e in errors) or "no source answered"
     fallback = spec.fallback

@@ -378,3 +378,22 @@ def test_the_trend_ignores_polls_where_a_queue_failed() -> None:
     polls = [seen(0, 100, 100), seen(10, None, 100), seen(20, None, 100), seen(30, 100, 100)]
     # The partial sums (100) against the full ones (200) would read as a rise of 10/s on recovery.
     assert trend(spec, polls, 30) == 0.0
+    # While queue-0 fails, its held count stands in for it: the same sum, and queue-1's rise is the trend.
+    rising = [seen(0, 100, 100), seen(10, None, 150), seen(20, None, 200), seen(30, None, 250)]
+    assert trend(spec, rising, 30) is None  # one full poll: no trend from partial sums
+    assert trend(spec, rising, 30, held=((0, 0.0, 100.0),)) == 5.0
+
+
+def test_a_burst_on_a_queue_that_answers_is_projected_while_another_fails() -> None:
+    # checkout-outage: a refund run on the refunds queue while the orders queue's polls fail. Rate mode: a
+    # replica is sized for 1 + 0.5 x 30 = 16 messages; the 30 s start-up is the lookahead.
+    run = Run(make_spec(queues=2, policy={"targetWaitSeconds": 60, "serviceTime": "2s"}), current=5,
+              memory=ScalingMemory(last_scale_up=-600.0))
+    run.tick(0, 60, 20)  # 80 / 16 = 5
+    up = run.tick(10, None, 40)
+    # 60 held + 40 = 100, rising 2/s with the held count in place: (100 + 2 x 30) / 16 = 10 (on the count
+    # alone, 100 / 16 = 6.25: 7).
+    assert (up.desired, up.reason) == (10, Reason.SCALED_UP)
+    assert "count 100, trend +2.00/s needs 10.00 replicas" in up.message
+    again = run.tick(20, None, 60)  # (120 + 60) / 16 = 11.25
+    assert (again.desired, again.reason) == (12, Reason.SCALED_UP)
