@@ -275,8 +275,11 @@ def service_time_condition(spec: QueueScalerSpec, learned: float | None) -> tupl
     condition; None where the rule learns nothing (count mode, or an explicit targetPerReplica).
 
     False where the fastest drain or wait seen ran below CONSISTENT_DRAIN x the statement, so the sizing uses a
-    slower speed than the rule states: the serviceTime is likely too short, and only a correct one sizes the
-    first burst of a new rule right (what is learned lives in this rule's status).
+    slower speed than the rule states. What a drain or wait shows is a lower bound (arrivals meanwhile hide
+    completions), so the message says so: the replicas may be that slow (the serviceTime is too short, and only a
+    correct one sizes the first burst of a new rule right: what is learned lives in this rule's status), or
+    traffic grew while it was read (a right serviceTime, sized with more replicas than it needs until a drain or
+    wait shows the stated speed).
     """
     stated = stated_throughput(spec)
     trusted = trusted_throughput(spec, learned)
@@ -295,6 +298,7 @@ def service_time_condition(spec: QueueScalerSpec, learned: float | None) -> tupl
     floor = (f" (no less than {LEARNED_FLOOR:.0%} of the statement is trusted)"
              if learned < LEARNED_FLOOR * stated else "")
     return False, "SlowerThanStated", (
-        f"{seen}, below the stated {said}: sized at {trusted:.3g}/s a replica{floor}; if replicas are that slow, "
-        f"state serviceTime of about {duration(per_replica / learned)} so that a new rule sizes its first burst "
-        "right")
+        f"{seen}, below the stated {said}: sized at {trusted:.3g}/s a replica{floor} until one shows the stated "
+        "speed (what the count shows is a lower bound: arrivals meanwhile hide completions); if replicas are that "
+        f"slow, state serviceTime of about {duration(per_replica / learned)} so that a new rule sizes its first "
+        "burst right")
