@@ -131,6 +131,22 @@ def test_a_steady_queue_whose_messages_wait_twice_the_drain_time_teaches_half_th
     assert "as drains and waits showed" in run.decisions[-1].message
 
 
+def test_a_fallen_count_does_not_stand_in_for_what_was_ahead_where_the_polls_show_it() -> None:
+    # 20 replicas at the stated 1/s each. The front message was put at t=0 behind the 620 counted then; at t=30 it
+    # has waited 30 s with 320 counted (the 20 in flight and 300 put behind it). What waits now (300) over 20 x 30
+    # replica-seconds would read 0.5/s; what was ahead (620, all taken but the 20 in flight) over the same reads
+    # 1/s, as stated. The poll at t=0 shows it, so the settled wait's stand-in is not read.
+    run = Run(make_spec(policy=RATE), current=20, memory=LONG_AGO)
+    for t, count in ((0, 620), (10, 650), (20, 480), (30, 320)):  # the rise at t=10 restarts the drain: too short
+        run.tick(t, count, ages=[t])
+    assert run.memory.learned_throughput is None
+    # The same wait older than the history of polls: only what waits now can stand in, and it does.
+    older = Run(make_spec(policy=RATE), current=20, memory=LONG_AGO)
+    for t, count in ((10, 650), (20, 480), (30, 320)):
+        older.tick(t, count, ages=[t])
+    assert older.memory.learned_throughput == pytest.approx(0.5)
+
+
 def test_the_same_count_without_ages_teaches_nothing() -> None:
     # What the count alone shows of this queue: steady, so slow replicas and more traffic look the same.
     run = Run(make_spec(policy=RATE), current=32, memory=LONG_AGO)
