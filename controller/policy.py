@@ -251,6 +251,11 @@ class ColdStart:
     def wait(self) -> float:
         return self.poll + self.startup + self.service
 
+    @property
+    def fits(self) -> bool:
+        """Whether a message that finds no free replica still starts within the objective."""
+        return self.wait <= self.target_wait
+
 
 def cold_start(spec: QueueScalerSpec, measured_startup: float | None = None) -> ColdStart | None:
     """The cold start of `spec`, or None where the rule states no wait objective or no service time."""
@@ -281,7 +286,7 @@ def cold_start_condition(
     parts = (f"a poll ({duration(cold.poll)}), a start-up ({startup}) and one serviceTime "
              f"({duration(cold.service)}): {duration(cold.wait)}")
     objective = f"targetWaitSeconds {duration(cold.target_wait)}"
-    if cold.wait <= cold.target_wait:
+    if cold.fits:
         return True, "ColdStartFits", (
             f"a message that finds no free replica waits for a new one {parts}, within {objective}")
     if kept_ready > 0:
@@ -344,7 +349,7 @@ def scale_down_delay_why(
     if size.throughput is None or size.drain_time is None or policy.target_wait is None:
         return DEFAULT_SCALE_DOWN_DELAY, "the default"
     cold = cold_start(spec, measured_startup)
-    if policy.on_scale_in == "drain" and cold is not None and cold.wait <= cold.target_wait:
+    if policy.on_scale_in == "drain" and cold is not None and cold.fits:
         return UNNEEDED_POLLS * spec.polling_interval, "two polls: workers drain, and a cold start fits the objective"
     service = (size.per_replica or 1) / size.throughput
     if service > policy.target_wait - size.drain_time:
@@ -368,7 +373,7 @@ def releases_when_quiet(spec: QueueScalerSpec, size: Sizing, measured_startup: f
     if policy.scale_down.delay is not None or policy.on_scale_in == "drain" or size.throughput is None:
         return False
     cold = cold_start(spec, measured_startup)
-    if cold is None or cold.wait > cold.target_wait:
+    if cold is None or not cold.fits:
         return False
     service = (size.per_replica or 1) / size.throughput
     return (service <= spec.polling_interval
@@ -403,7 +408,7 @@ def readies_bursts(spec: QueueScalerSpec, measured_startup: float | None = None)
     if spec.policy.recurring_bursts != "ready":
         return False
     cold = cold_start(spec, measured_startup)
-    return cold is not None and cold.wait > cold.target_wait
+    return cold is not None and not cold.fits
 
 
 def remember_burst(
