@@ -119,6 +119,9 @@ class World:
         self.table_fraction = [s - int(s) for s in service_table]
         # Each queue of a scenario draws its service times from its own stream; the first keeps the one-queue seed.
         self.rng = random.Random(seed * 7919 + 17 + stream * 104729)
+        # Which messages a scale-in takes is its own stream, so that a policy's scale-ins do not shift the service
+        # times every contender draws.
+        self.scale_in_rng = random.Random(seed * 7919 + 29 + stream * 104729)
         # Measured service times taken in order: the next one for each message dequeued (the table is that order).
         self.in_order = workers.service_time.in_order
         self.next_index = 0
@@ -221,10 +224,14 @@ class World:
     # Scale-in
 
     def _take_share(self, pods: int) -> dict[int, list[InFlight]]:
-        """Take the in-flight messages of `pods` of the ready pods (work is spread evenly over pods)."""
+        """Take the in-flight messages of `pods` of the ready pods: a ReplicaSet picks the pods it removes without
+        knowing their work, so each holds, on average, the ready pods' share of it (`pods / ready` of every group).
+        The share is taken in whole messages by systematic sampling from a random start: each group gives its share
+        rounded up or down, and the total is the exact share rounded at random (up with probability equal to its
+        fraction). Rounded down, as it once was, removing 1 of 7 pods with 6 messages in flight never took any."""
         fraction = pods / self.ready
         taken: dict[int, list[InFlight]] = {}
-        carry = 0.0
+        carry = self.scale_in_rng.random()
         for step in sorted(self.in_flight):
             for group in self.in_flight[step]:
                 exact = group[0] * fraction + carry

@@ -160,8 +160,10 @@ def test_holding_for_a_job_stops_fewer_jobs_in_the_held_out_long_batch() -> None
     rule = our_rule(sc)
     policy = replace(rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=120.0))
     two_minutes = _run(sc, replace(rule, spec=replace(rule.spec, policy=policy)))
-    assert derived.wait_p99 <= sc.slo_wait < two_minutes.wait_p99
-    assert derived.duplicate_deliveries * 5 < two_minutes.duplicate_deliveries
+    # Since a scale-in's kills are counted at the removed pods' share (2026-11-27), both miss the objective: each
+    # replica released as the batch's jobs end is as likely busy as any (32 stopped jobs against 128).
+    assert sc.slo_wait < derived.wait_p99 < two_minutes.wait_p99
+    assert derived.duplicate_deliveries * 3 < two_minutes.duplicate_deliveries
 
 
 # Workers that drain on SIGTERM (onScaleIn: drain): a scale-in stops nothing, and with a cold start within the
@@ -297,7 +299,8 @@ def test_the_live_fidelity_scenario_releases_each_bursts_capacity_at_its_first_q
     held = _run(sc, replace(rule, spec=replace(rule.spec, policy=replace(
         rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=120.0)))))
     assert quiet.metrics.worker_seconds < 0.6 * held.worker_seconds
-    assert quiet.metrics.duplicate_deliveries == held.duplicate_deliveries == 0
+    # Each release removes 6 of 8 pods holding about one message in all: it stops one or none (live: none).
+    assert held.duplicate_deliveries == 0 < quiet.metrics.duplicate_deliveries <= 2
     assert quiet.metrics.wait_p99 <= held.wait_p99 <= sc.slo_wait
 
 
