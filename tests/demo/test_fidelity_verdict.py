@@ -32,3 +32,25 @@ def test_within_max_ten_percent_and_two_seconds_of_the_given_median_agrees() -> 
     given = {"worker_seconds": [600.0, 700.0, 800.0], "wait_p99": [18.0, 21.5, 24.0]}
     _, failed = table("ramp-kill", summary(simulated_with_live_jobs=given))
     assert failed == []
+
+
+def _stopped(duplicates: int, given_p99: list[float], given_duplicates: list[float]) -> list[str]:
+    """The verdict on fidelity-staircase's first live run (2026-11-27): 126 messages, 10 delivered again."""
+    given = {"worker_seconds": [2900.0, 2938.0, 2980.0], "wait_p99": given_p99, "duplicate_deliveries": given_duplicates}
+    live = summary(worker_seconds=2918.0, wait_p99=145.05, duplicate_deliveries=duplicates, messages_arrived=126,
+                   simulated_with_live_jobs=given)
+    return table("staircase", live)[1]
+
+
+def test_where_scale_ins_stop_one_percent_the_tail_is_held_against_the_range_of_the_draws() -> None:
+    # 10 of 126 stopped: the p99 wait is one of theirs. 145 s is 59 % above the median of the simulations given the
+    # live jobs (91 s) but within what they produce (83 .. 168 s), and so are the 10 duplicates (9 .. 13).
+    assert _stopped(10, [83.0, 91.0, 168.0], [9.0, 11.0, 13.0]) == []
+    # Against a simulator that rounded each scale-in's share down (8 .. 9 duplicates there): the model is wrong.
+    assert _stopped(10, [83.0, 91.0, 168.0], [7.0, 8.0, 9.0]) == [
+        "staircase: duplicate_deliveries live 10, outside what 20 simulations given the live jobs produce (7 .. 9)"]
+    assert _stopped(10, [60.0, 80.0, 120.0], [9.0, 11.0, 13.0]) == [
+        "staircase: wait_p99 live 145.05, outside what 20 simulations given the live jobs produce (60 .. 120)"]
+    # Below 1 % delivered again, the median rule holds as before.
+    assert _stopped(1, [83.0, 91.0, 168.0], [0.0, 1.0, 2.0]) == [
+        "staircase: wait_p99 live 145.05, simulated given the live jobs (median) 91 (+59%)"]
