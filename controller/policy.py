@@ -351,11 +351,19 @@ def scale_down_delay_why(
     cold = cold_start(spec, measured_startup)
     if policy.on_scale_in == "drain" and cold is not None and cold.fits:
         return UNNEEDED_POLLS * spec.polling_interval, "two polls: workers drain, and a cold start fits the objective"
-    service = (size.per_replica or 1) / size.throughput
-    if service > policy.target_wait - size.drain_time:
-        return max(DEFAULT_SCALE_DOWN_DELAY, service), (
+    if stopped_jobs_miss(spec, size):
+        return max(DEFAULT_SCALE_DOWN_DELAY, (size.per_replica or 1) / size.throughput), (
             "one serviceTime: a job a scale-in stops would miss the objective")
     return DEFAULT_SCALE_DOWN_DELAY, "the default"
+
+
+def stopped_jobs_miss(spec: QueueScalerSpec, size: Sizing) -> bool:
+    """Whether a job a scale-in stops misses the objective whatever happens next: one service time (at the
+    throughput the sizing trusts) is longer than what the drain time leaves of `targetWaitSeconds`."""
+    policy = spec.policy
+    if size.throughput is None or size.drain_time is None or policy.target_wait is None:
+        return False
+    return (size.per_replica or 1) / size.throughput > policy.target_wait - size.drain_time
 
 
 def releases_when_quiet(spec: QueueScalerSpec, size: Sizing, measured_startup: float | None = None) -> bool:

@@ -46,6 +46,7 @@ from controller.policy import (
     scale_down_delay_why,
     scale_to_zero_delay,
     sizing,
+    stopped_jobs_miss,
 )
 from controller.sources import build_source
 from controller.sources.base import SourceContext, guarded_poll
@@ -217,6 +218,12 @@ class RuleCheck:
         delay, why = scale_down_delay_why(spec, size)
         if releases_when_quiet(spec, size):
             why += "; a burst's capacity goes sooner, at a poll where the replicas removed hold at most one message"
+        if spec.policy.on_scale_in == "kill" and stopped_jobs_miss(spec, size):
+            # A ReplicaSet removes pods without knowing which are busy: holding capacity for a job protects only
+            # the jobs running when the need fell (docs/benchmarks.md, Kills counted at their share).
+            why += ("; pods killed on scale-in: each replica released still stops its share of the jobs in flight, "
+                    "each a miss of the objective (workers that drain, onScaleIn: drain with a grace period longer "
+                    "than a job, stop none)")
         return delay, why, scale_to_zero_delay(spec) if spec.min_replicas == 0 else None
 
     def lines(self, wide: bool = False) -> list[str]:

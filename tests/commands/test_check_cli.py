@@ -107,6 +107,18 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
     assert ("  releases capacity unneeded for 2m (the default; a burst's capacity goes sooner, at a poll where the "
             "replicas removed hold at most one message); goes to zero") in run_check(
                 killed, "--secrets", secrets, "-o", "wide").stdout
+    # Killed, with 15 s jobs against the 10 s the drain time leaves of the objective: held for a job, and told that
+    # the holding does not protect the jobs in flight when a replica then goes (a ReplicaSet cannot tell them).
+    long_jobs = write(tmp_path, "long.yaml", text.replace("serviceTime: 1s, startupTime: 15s}",
+                                                          "serviceTime: 15s, startupTime: 10s}"))
+    told = run_check(long_jobs, "--secrets", secrets, "-o", "wide").stdout
+    assert ("  releases capacity unneeded for 2m (one serviceTime: a job a scale-in stops would miss the objective; "
+            "pods killed on scale-in: each replica released still stops its share of the jobs in flight, each a miss "
+            "of the objective (workers that drain, onScaleIn: drain with a grace period longer than a job, stop "
+            "none))") in told, told
+    drained_long = write(tmp_path, "drained-long.yaml", text.replace(
+        "serviceTime: 1s, startupTime: 15s}", "serviceTime: 15s, startupTime: 10s, onScaleIn: drain}"))
+    assert "pods killed" not in run_check(drained_long, "--secrets", secrets, "-o", "wide").stdout
     # A count-mode rule states no wait: nothing said.
     plain = write(tmp_path, "plain.yaml", rule_file("orders", key_source_yaml(azurite, queue.queue_name)))
     assert "cold start" not in run_check(plain, "--secrets", secrets).stdout
