@@ -12,7 +12,9 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
    where a cold start misses `targetWaitSeconds`, replicas readied for a burst that recurs at a steady period;
-6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down);
+6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down); where pods are
+   killed and the last hour's scale-ins stopped more than the objective's budget, a release waits for a quiet
+   poll and keeps the steady level's replicas (controller/kills.py);
 7. cooldowns (no scale-up within scaleUp.cooldown of the last scale-up; no scale-down within scaleDown.cooldown
    of the last scale in either direction);
 8. step limits (HPA behavior policies: Pods / Percent per period, selectPolicy);
@@ -20,8 +22,9 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 
 The memory is what must survive a restart (it lives in the rule's status): recommendation runs, scale events,
 last scale times, when the queue went inactive, consecutive failures, the throughput drains and waits showed, where the
-current drain started, the last counts of failing sources, and the bursts seen. It changes only when one of those does,
-so an operator writes status only when something happened.
+current drain started, the last counts of failing sources, the bursts seen, and where pods are killed the account
+of what scale-ins stopped (the hour's mean in flight, rewritten only when it moved by a tenth). It changes only
+when one of those does, so an operator writes status only when something happened.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
+from controller import kills
 from controller.model import recurring
 from controller.model.readings import (
     Observation,
@@ -568,6 +572,9 @@ def decide(
     memory = learn_throughput(spec, count, current, memory, now, startup, drain_time)
     memory = learn_from_wait(spec, observation, history, count, slope, current, memory, now, startup, drain_time)
     memory = remember_burst(spec, count, history, memory, now, measured_startup)
+    memory = kills.remember_in_flight(
+        spec, count, current, sizing(spec, measured_startup, learned_throughput=memory.learned_throughput).per_replica,
+        memory, now)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
 
@@ -707,6 +714,17 @@ def _on_count(
                     stabilized = quiet[0]
             else:
                 stabilized = _window(memory.recommendations, now, release_delay, max)
+    # Where the last hour's scale-ins of killed workers stopped more than the objective's budget, a release waits
+    # for a poll with no more in flight than the hour's mean, and keeps the steady level's replicas
+    # (controller/kills.py).
+    floor = kills.stop_floor(spec, memory, now, size.per_replica, size.throughput) if stabilized < current else None
+    if floor is not None:
+        if kills.in_flight(count, current, size.per_replica or 1) > floor.in_flight:
+            stabilized, floor = current, replace(floor, waiting=True)
+        elif stabilized < floor.replicas:
+            stabilized = min(current, floor.replicas)
+        else:
+            floor = None
     if to_zero:
         stabilized = 0  # the scale-to-zero delay is this step's own stabilization
     if current == 0 and active and not deferred:
@@ -730,6 +748,7 @@ def _on_count(
             desired, limited = limit, True
 
     final = _clamp(desired, bounds)
+    memory = kills.record_scale_in(spec, count, current, final, size.per_replica, memory, now)
     reason, message = _explain(
         current=current, final=final, desired=desired, stabilized=stabilized, recommended=recommended,
         bounds=bounds, held_by_cooldown=held_by_cooldown, limited=limited, within_tolerance=within_tolerance,
@@ -740,6 +759,7 @@ def _on_count(
         ),
         readying=readying is not None,
         quiet=None if quiet is None else (quiet[1], release_delay),
+        floor=None if floor is None or to_zero else floor,
     )
     return replace(
         base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
@@ -780,6 +800,7 @@ def _explain(
     deferred_until: float | None = None,
     readying: bool = False,
     quiet: tuple[float, float] | None = None,
+    floor: kills.StopFloor | None = None,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
     by_schedule = f" (schedules: {', '.join(bounds.schedules)})" if bounds.schedules else ""
@@ -809,6 +830,8 @@ def _explain(
             return Reason.SCALED_DOWN, (
                 f"scaled down {move} before the scale-down delay {duration(delay)}: unneeded for two polls, and the "
                 f"replicas removed hold about {stopped:.1f} messages in flight")
+        if floor is not None and final == floor.replicas:
+            return Reason.SCALED_DOWN, f"scaled down {move} (recommended {recommended}): {floor.why()}"
         return Reason.SCALED_DOWN, f"scaled down {move}"
     # No change: say what held it.
     keep = f"keeping {current}"
@@ -823,6 +846,10 @@ def _explain(
         return Reason.AT_MINIMUM, f"at the minimum {bounds.minimum}{by_schedule}"
     if readying:
         return Reason.STEADY, f"{keep} ready for it"
+    if floor is not None and recommended < current:
+        wait = (f"; a release waits for a poll with at most {floor.in_flight:.1f} in flight" if floor.waiting
+                else "")
+        return Reason.HELD_BY_STABILIZATION, f"{floor.why()}{wait}: {keep} (recommended {recommended})"
     if release_delay is not None and recommended < current:
         return Reason.HELD_BY_STABILIZATION, (
             f"unneeded for less than the scale-down delay {duration(release_delay)}: {keep} "

@@ -31,6 +31,7 @@ from typing import TextIO
 
 import yaml
 
+from controller import kills
 from controller.model.loading import load_files, read_input, shown_path
 from controller.model.readings import Observation, ScalingMemory, SourceReading
 from controller.model.rule import API_GROUP, KIND, QueueScaler
@@ -224,6 +225,10 @@ class RuleCheck:
             why += ("; pods killed on scale-in: each replica released still stops its share of the jobs in flight, "
                     "each a miss of the objective (workers that drain, onScaleIn: drain with a grace period longer "
                     "than a job, stop none)")
+        if kills.counts_stops(spec) and size.throughput is not None:
+            why += (f"; pods killed on scale-in: while the last hour's scale-ins stopped over "
+                    f"{kills.STOP_BUDGET:.1%} of the messages completed, a release waits for a poll with at most the "
+                    f"hour's mean in flight and keeps the replicas that hold it {kills.FLOOR_QUANTILE:.0%} of the time")
         return delay, why, scale_to_zero_delay(spec) if spec.min_replicas == 0 else None
 
     def lines(self, wide: bool = False) -> list[str]:

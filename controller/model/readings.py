@@ -122,6 +122,10 @@ class ScalingMemory:
     # (time, messages): the bursts seen, oldest first (a run of polls each rising by a replica's worth or more:
     # when it began, and by how much the count rose). Kept only where a cold start misses the objective.
     bursts: tuple[tuple[float, float], ...] = ()
+    # Where workers are killed on scale-in (controller/kills.py): (first poll, time, the hour's mean in flight) and
+    # (time, the messages the scale-ins stopped, exponentially weighted over the hour).
+    in_flight_mean: tuple[float, float, float] | None = None
+    stopped: tuple[float, float] | None = None
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was really scaled (call only once the write succeeded)."""
@@ -150,6 +154,8 @@ class ScalingMemory:
             "lastKnownCounts": [[i, t, c] for i, t, c in self.last_known_counts],
             "drainFrom": None if self.drain_from is None else list(self.drain_from),
             "bursts": [[t, n] for t, n in self.bursts],
+            "inFlightMean": None if self.in_flight_mean is None else list(self.in_flight_mean),
+            "stopped": None if self.stopped is None else list(self.stopped),
         }
 
     @classmethod
@@ -175,12 +181,18 @@ class ScalingMemory:
                 last_known_counts=tuple(
                     (_whole(i), _number(t), _number(c)) for i, t, c in _rows(data.get("lastKnownCounts"), 3)
                 ),
-                drain_from=next(((_number(t), _number(c)) for t, c in _rows(
-                    None if data.get("drainFrom") is None else [data.get("drainFrom")], 2)), None),
+                drain_from=_pair(data.get("drainFrom")),
                 bursts=tuple((_number(t), _number(n)) for t, n in _rows(data.get("bursts"), 2)),
+                in_flight_mean=next(((_number(a), _number(b), _number(c)) for a, b, c in _rows(
+                    None if data.get("inFlightMean") is None else [data.get("inFlightMean")], 3)), None),
+                stopped=_pair(data.get("stopped")),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None
+
+
+def _pair(value: object) -> tuple[float, float] | None:
+    return next(((_number(a), _number(b)) for a, b in _rows(None if value is None else [value], 2)), None)
 
 
 def _rows(value: object, width: int) -> list[list[object]]:

@@ -11,6 +11,11 @@ from tests.azurite import ROOT, Azurite
 from tests.commandline import rule_file, run_check, write
 from tests.helpers import WRONG_KEY, add_traffic, new_queue, unique_queue
 
+# What `check -o wide` says of a rule whose pods are killed on scale-in (controller/kills.py).
+ACCOUNT = ("; pods killed on scale-in: while the last hour's scale-ins stopped over 0.5% of the messages completed, a "
+           "release waits for a poll with at most the hour's mean in flight and keeps the replicas that hold it 99% "
+           "of the time")
+
 
 def key_source_yaml(azurite: Azurite, queue: str, strategy: str = "approximate") -> str:
     return f"""    - type: azure-queue
@@ -88,13 +93,15 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
             "(5s), a start-up (15s) and one serviceTime (1s): 21s, more than targetWaitSeconds 20s") in done.stdout
     as_json = json.loads(run_check(rules, "--secrets", secrets, "--json").stdout)
     assert (as_json["coldStart"]["fits"], as_json["coldStart"]["reason"]) == (False, "ColdStartTooSlow")
-    assert as_json["release"] == {"scaleDownDelaySeconds": 120.0, "why": "the default", "scaleToZeroDelaySeconds": 300.0}
+    assert as_json["release"] == {"scaleDownDelaySeconds": 120.0, "why": f"the default{ACCOUNT}",
+                                  "scaleToZeroDelaySeconds": 300.0}
     assert as_json["readiesRecurringBursts"] is True  # the cold start misses: bursts that recur are readied for
     # -o wide also says when capacity goes: 2 minutes for workers killed on scale-in (onScaleIn unsaid); two 5 s
     # polls for workers that drain, where a cold start fits (the 15 s start-up stated 10 s: 5 + 10 + 1 <= 20); the
     # scale to zero keeps its 5 minutes, as the cold start does not fit in what the 10 s drain time leaves.
     wide = run_check(rules, "--secrets", secrets, "-o", "wide").stdout
-    assert "  releases capacity unneeded for 2m (the default); goes to zero after 5m inactive\n" in wide, wide
+    # Its pods are killed on scale-in (the default): the account of what scale-ins stop is said too.
+    assert f"  releases capacity unneeded for 2m (the default{ACCOUNT}); goes to zero after 5m inactive\n" in wide, wide
     assert ("  readies replicas before a burst seen three times in a row at one period (a cold start misses the "
             "objective; recurringBursts: ignore turns it off)\n") in wide, wide
     drains = write(tmp_path, "drains.yaml", text.replace("startupTime: 15s}", "startupTime: 10s, onScaleIn: drain}"))
@@ -105,7 +112,7 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
     # Killed, with 1 s jobs (shorter than the 5 s poll) and that cold start: a burst's capacity may go sooner.
     killed = write(tmp_path, "killed.yaml", text.replace("startupTime: 15s}", "startupTime: 10s}"))
     assert ("  releases capacity unneeded for 2m (the default; a burst's capacity goes sooner, at a poll where the "
-            "replicas removed hold at most one message); goes to zero") in run_check(
+            f"replicas removed hold at most one message{ACCOUNT}); goes to zero") in run_check(
                 killed, "--secrets", secrets, "-o", "wide").stdout
     # Killed, with 15 s jobs against the 10 s the drain time leaves of the objective: held for a job, and told that
     # the holding does not protect the jobs in flight when a replica then goes (a ReplicaSet cannot tell them).
@@ -115,7 +122,7 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
     assert ("  releases capacity unneeded for 2m (one serviceTime: a job a scale-in stops would miss the objective; "
             "pods killed on scale-in: each replica released still stops its share of the jobs in flight, each a miss "
             "of the objective (workers that drain, onScaleIn: drain with a grace period longer than a job, stop "
-            "none))") in told, told
+            f"none){ACCOUNT})") in told, told
     drained_long = write(tmp_path, "drained-long.yaml", text.replace(
         "serviceTime: 1s, startupTime: 15s}", "serviceTime: 15s, startupTime: 10s, onScaleIn: drain}"))
     assert "pods killed" not in run_check(drained_long, "--secrets", secrets, "-o", "wide").stdout

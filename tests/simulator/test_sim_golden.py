@@ -28,8 +28,10 @@ ADDED_LATER = {"outage_replicas_min", "outage_replicas_max", "outages"}
 
 GOLDEN = {
     # Changed on 2026-11-27: a scale-in takes the removed pods' share of the work in flight rounded at random, not
-    # down (World._take_share): its pods are killed on scale-in, and small scale-ins had stopped nothing.
-    "flash-crowd": "313c566b4a9ec90724974fb184195a20967024bda66f639b96a7dd67a495b572",
+    # down (World._take_share): its pods are killed on scale-in, and small scale-ins had stopped nothing. Changed
+    # again that day: its rule keeps the account of what its scale-ins stop (controller/kills.py), which passes
+    # its budget as the crowd declines.
+    "flash-crowd": "f1aecac79c548d6fcbb4b8f95c2dbaa077e680381816906d8fb6f0c5173f6121",
     # Changed by issue 18: the default rule (targetWaitSeconds 1h, a 30 s cold start) now goes to zero after 30 s
     # inactive instead of 5 minutes (policy.scale_to_zero_delay); and its pods drain on scale-in, which the default
     # rule is now told (onScaleIn: drain), so capacity two polls found unneeded is released

@@ -1,0 +1,143 @@
+"""Issue 18: where workers are killed on scale-in, the account of what the scale-ins stopped, and the floor and the
+quiet release that keep it within half of what a p99 objective lets be late (controller/kills.py; docs/policy.md,
+*Killed workers that stop too much*). Expectations are computed by hand from those formulas.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.policy_suite import HOLDOUT, our_rule
+from controller import kills
+from controller.model.readings import Reason, Recommendation, ScalingMemory
+from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.run import Contender, Metrics, simulate
+from controller.simulator.scenario import load_scenario
+from tests.policy_helpers import Run, make_spec
+
+# Renders of 40 s, two per pod, a 5-minute objective: 0.05 messages/s a replica, 9.5 messages a replica, a release
+# after 2 minutes unneeded. Pods killed on scale-in (the default).
+RENDERS = {"targetWaitSeconds": "5m", "serviceTime": "40s", "messagesPerReplica": 2, "startupTime": "45s"}
+# An hour's mean of 8 in flight completes 8 x 0.05 / 2 x 3600 = 720 messages an hour; 0.5 % of them is 3.6.
+# Twelve replicas asked for until now.
+# The hour's mean in flight is 8 (first seen two hours ago), and the scale-ins stopped 10 messages an hour.
+SPENT = ScalingMemory(recommendations=(Recommendation(-600.0, 12),), last_scale_up=-600.0,
+                      in_flight_mean=(-7200.0, 0.0, 8.0), stopped=(0.0, 10.0))
+
+
+def test_the_floor_is_the_poisson_quantile_of_the_mean_in_flight() -> None:
+    assert kills.poisson_quantile(0.0, 0.99) == 0
+    assert kills.poisson_quantile(1.0, 0.99) == 4  # P(X <= 3) = 0.981, P(X <= 4) = 0.996
+    assert kills.poisson_quantile(8.0, 0.99) == 15  # P(X <= 14) = 0.983, P(X <= 15) = 0.992
+    assert kills.poisson_quantile(400.0, 0.99) == 447  # 400 + 2.326 x 20 = 446.5, normal above 200
+
+
+def test_a_scale_in_of_killed_workers_counts_its_share_of_what_is_in_flight() -> None:
+    spec = make_spec(policy=RENDERS)
+    memory = kills.record_scale_in(spec, count=8, current=10, desired=5, per_replica=2, memory=ScalingMemory(),
+                                   now=100.0)
+    assert memory.stopped == (100.0, 4.0)  # 8 in flight, 5 of 10 pods removed
+    # An hour later the account has decayed by e; a second scale-in adds to what is left.
+    later = kills.record_scale_in(spec, count=30, current=20, desired=15, per_replica=2, memory=memory, now=3700.0)
+    assert later.stopped is not None and later.stopped[1] == pytest.approx(4.0 / math.e + 30 * 5 / 20)
+    for action in ("drain", "release"):  # nothing they hold waits out a visibility timeout
+        other = make_spec(policy={**RENDERS, "onScaleIn": action})
+        assert kills.record_scale_in(other, 8, 10, 5, 2, ScalingMemory(), 100.0) == ScalingMemory()
+
+
+def test_the_floor_holds_only_once_the_stops_passed_half_a_percent_of_the_messages_completed() -> None:
+    spec = make_spec(policy=RENDERS)
+    under = replace(SPENT, stopped=(0.0, 3.5))
+    assert kills.stop_floor(spec, under, 0.0, per_replica=2, throughput=0.05) is None
+    floor = kills.stop_floor(spec, SPENT, 0.0, per_replica=2, throughput=0.05)
+    assert floor is not None
+    assert floor.replicas == 8 and floor.stopped_per_hour == 10.0
+    assert floor.completed_per_hour == pytest.approx(720.0)
+    # The account decays: after an hour, 10 / e = 3.7 an hour is still over 3.6; after 1 h 5 min it is not.
+    assert kills.stop_floor(spec, SPENT, 3600.0, 2, 0.05) is not None
+    assert kills.stop_floor(spec, SPENT, 3900.0, 2, 0.05) is None
+
+
+def test_a_rule_that_spent_its_budget_releases_to_the_floor_not_to_the_need() -> None:
+    run = Run(make_spec(policy=RENDERS), current=12, memory=SPENT)
+    # Four in flight: the need is 2 replicas; after the 2-minute delay the release stops at the floor of 8.
+    replicas = [run.tick(t, 4).desired for t in range(0, 130, 10)]
+    assert replicas == [12] * 12 + [8]
+    last = run.decisions[-1]
+    assert last.reason == Reason.SCALED_DOWN
+    assert "scaled down 12 -> 8 (recommended 2): scale-ins stopped about 10 messages an hour, over 0.5% of the 720 " \
+           "completed; not below the 8 replicas that hold the 8.0 messages in flight on average 99% of the time" \
+           in last.message
+    # The release is counted: 4 in flight, 4 of 12 pods removed.
+    assert run.memory.stopped is not None and run.memory.stopped[1] == pytest.approx(10.0 * math.exp(-120 / 3600)
+                                                                                      + 4 * 4 / 12)
+
+
+def test_a_rule_that_spent_its_budget_releases_only_at_a_poll_with_no_more_than_the_mean_in_flight() -> None:
+    run = Run(make_spec(policy=RENDERS), current=12, memory=SPENT)
+    assert [run.tick(t, 10).desired for t in range(0, 140, 10)] == [12] * 14  # 10 in flight, above the mean of 8
+    held = run.decisions[-1]
+    assert held.reason == Reason.HELD_BY_STABILIZATION
+    assert "a release waits for a poll with at most 8.0 in flight: keeping 12 (recommended 5)" in held.message
+    assert run.tick(140, 6).desired == 8  # 6 in flight: the release goes, to the floor
+
+
+def test_under_budget_or_with_workers_that_do_not_die_the_release_follows_the_need() -> None:
+    under = Run(make_spec(policy=RENDERS), current=12, memory=replace(SPENT, stopped=(0.0, 3.0)))
+    assert [under.tick(t, 10).desired for t in range(0, 130, 10)][-1] == 5
+    drained = Run(make_spec(policy={**RENDERS, "onScaleIn": "drain"}), current=12, memory=SPENT)
+    assert [drained.tick(t, 4).desired for t in range(0, 30, 10)][-1] == 2  # two polls, then to the need
+
+
+def test_the_account_round_trips_through_status_and_rejects_a_malformed_pair() -> None:
+    memory = replace(SPENT, stopped=(12.5, 3.25))
+    assert ScalingMemory.from_json(json.loads(json.dumps(memory.to_json()))) == memory
+    for bad in ({"inFlightMean": [1.0, 2.0]}, {"stopped": [1.0]}):
+        with pytest.raises(ValueError, match="memory is not valid"):
+            ScalingMemory.from_json(bad)
+
+
+def test_the_mean_in_flight_is_a_plain_average_for_an_hour_then_a_trimmed_exponential_one() -> None:
+    spec = make_spec(policy=RENDERS)
+    first = kills.remember_in_flight(spec, count=8, current=6, per_replica=2, memory=ScalingMemory(), now=0.0)
+    assert first.in_flight_mean == (0.0, 0.0, 8.0)
+    # In the first hour, the time average since the first poll, each count standing for the time since the mean
+    # was last remembered: 10 s of 12, then 20 s of 2 average 5.33 (a change of a tenth or more is remembered).
+    second = kills.remember_in_flight(spec, 12, 6, 2, first, 10.0)
+    assert second.in_flight_mean == (0.0, 10.0, 12.0)
+    third = kills.remember_in_flight(spec, 2, 6, 2, second, 30.0)
+    assert third.in_flight_mean is not None and third.in_flight_mean[2] == pytest.approx((12 * 10 + 2 * 20) / 30)
+    # After the hour: 9 in flight for 10 s moves the mean of 8 by 0.003, kept as it was (status is not rewritten).
+    warm = replace(ScalingMemory(), in_flight_mean=(-7200.0, 0.0, 8.0))
+    assert kills.remember_in_flight(spec, 9, 6, 2, warm, 10.0) is warm
+    # A burst of 200 enters only up to 3 standard deviations above the mean: 8 + 3 x 2.83 + 1 = 17.5.
+    moved = kills.remember_in_flight(spec, 200, 100, 2, warm, 1800.0).in_flight_mean
+    assert moved is not None and moved[:2] == (-7200.0, 1800.0)
+    assert moved[2] == pytest.approx(8.0 + (17.49 - 8.0) * (1 - math.exp(-0.5)), abs=0.01)
+
+
+REPORT_RENDERS = next(path for path in HOLDOUT if path.stem == "holdout-report-renders")
+BUDGET = kills.STOP_BUDGET
+
+
+def _run(budget: float, monkeypatch: pytest.MonkeyPatch) -> Metrics:
+    monkeypatch.setattr(kills, "STOP_BUDGET", budget)
+    sc = load_scenario(str(REPORT_RENDERS))
+    rule = our_rule(sc)
+    return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0].metrics
+
+
+def test_held_out_report_renders_meets_its_objective_only_with_the_account(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Renders of 40 s with a ten-minute tail, a wave every hour, pods killed with a 15-minute visibility timeout:
+    # every render a scale-in stops is late. Without the account 152 of 10,122 messages were delivered again and
+    # the p99 wait was the visibility timeout; with it (seed of the suite) 81, and the objective is met.
+    sc = load_scenario(str(REPORT_RENDERS))
+    without = _run(math.inf, monkeypatch)
+    assert without.wait_p99 > sc.slo_wait and without.duplicate_deliveries > 0.01 * without.messages_arrived
+    kept = _run(BUDGET, monkeypatch)
+    assert kept.wait_p99 <= sc.slo_wait
+    assert kept.duplicate_deliveries < 0.01 * kept.messages_arrived
