@@ -69,14 +69,15 @@ def _decay(since: float, now: float) -> float:
 def mean_in_flight(memory: ScalingMemory, now: float, sample: float) -> float:
     """The hour's mean in flight with this poll's `sample` in it; the sample where nothing was remembered yet.
 
-    In the first hour, the plain average since the first poll; after it, an exponential average over the hour in
-    which a count more than BURST_SIGMAS above the mean enters only up to there (a burst moves it little)."""
+    In the first hour, the time average since the first poll; after it, an exponential average over the hour. In
+    both, a count more than BURST_SIGMAS (Poisson standard deviations) above the mean enters only up to there: a
+    burst moves it little."""
     if memory.in_flight_mean is None:
         return sample
     started, since, mean = memory.in_flight_mean
-    if now - started < STOP_WINDOW:
-        return mean + (sample - mean) * (now - since) / (now - started) if now > started else mean
     trimmed = min(sample, mean + BURST_SIGMAS * math.sqrt(mean) + 1.0)
+    if now - started < STOP_WINDOW:
+        return mean + (trimmed - mean) * (now - since) / (now - started) if now > started else mean
     return mean + (trimmed - mean) * (1.0 - _decay(since, now))
 
 

@@ -101,7 +101,7 @@ def test_the_account_round_trips_through_status_and_rejects_a_malformed_pair() -
             ScalingMemory.from_json(bad)
 
 
-def test_the_mean_in_flight_is_a_plain_average_for_an_hour_then_a_trimmed_exponential_one() -> None:
+def test_the_mean_in_flight_is_a_trimmed_time_average_for_an_hour_then_a_trimmed_exponential_one() -> None:
     spec = make_spec(policy=RENDERS)
     first = kills.remember_in_flight(spec, count=8, current=6, per_replica=2, memory=ScalingMemory(), now=0.0)
     assert first.in_flight_mean == (0.0, 0.0, 8.0)
@@ -111,6 +111,9 @@ def test_the_mean_in_flight_is_a_plain_average_for_an_hour_then_a_trimmed_expone
     assert second.in_flight_mean == (0.0, 10.0, 12.0)
     third = kills.remember_in_flight(spec, 2, 6, 2, second, 30.0)
     assert third.in_flight_mean is not None and third.in_flight_mean[2] == pytest.approx((12 * 10 + 2 * 20) / 30)
+    # A burst in the first hour is trimmed too: 300 in flight for 10 s enters as 12 + 3 x 3.46 + 1 = 23.4.
+    burst = kills.remember_in_flight(spec, 300, 200, 2, second, 20.0).in_flight_mean
+    assert burst is not None and burst[2] == pytest.approx(12.0 + (12.0 + 3 * math.sqrt(12.0) + 1.0 - 12.0) / 2)
     # After the hour: 9 in flight for 10 s moves the mean of 8 by 0.003, kept as it was (status is not rewritten).
     warm = replace(ScalingMemory(), in_flight_mean=(-7200.0, 0.0, 8.0))
     assert kills.remember_in_flight(spec, 9, 6, 2, warm, 10.0) is warm

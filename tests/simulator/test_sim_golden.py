@@ -31,7 +31,7 @@ GOLDEN = {
     # down (World._take_share): its pods are killed on scale-in, and small scale-ins had stopped nothing. Changed
     # again that day: its rule keeps the account of what its scale-ins stop (controller/kills.py), which passes
     # its budget as the crowd declines.
-    "flash-crowd": "f1aecac79c548d6fcbb4b8f95c2dbaa077e680381816906d8fb6f0c5173f6121",
+    "flash-crowd": "920555476a5b2f239db7c2d37e47c03c9d8f6760fe3503a7ebfbdc3d88152308",
     # Changed by issue 18: the default rule (targetWaitSeconds 1h, a 30 s cold start) now goes to zero after 30 s
     # inactive instead of 5 minutes (policy.scale_to_zero_delay); and its pods drain on scale-in, which the default
     # rule is now told (onScaleIn: drain), so capacity two polls found unneeded is released
