@@ -62,6 +62,12 @@ def in_flight(count: float, current: int, per_replica: int) -> float:
     return min(count, float(per_replica * current))
 
 
+def expected_stops(count: float, current: int, kept: int, per_replica: int) -> float:
+    """The messages a scale-in from `current` to `kept` replicas stops in expectation: the removed pods' share of
+    what is in flight (a ReplicaSet cannot tell busy pods from idle ones)."""
+    return in_flight(count, current, per_replica) * (current - kept) / current
+
+
 def _decay(since: float, now: float) -> float:
     return math.exp(-max(0.0, now - since) / STOP_WINDOW)
 
@@ -113,7 +119,7 @@ def record_scale_in(
     """The memory after a scale-in from `current` to `desired`, with the messages it is expected to stop."""
     if not counts_stops(spec) or per_replica is None or desired >= current or current == 0:
         return memory
-    expected = in_flight(count, current, per_replica) * (current - desired) / current
+    expected = expected_stops(count, current, desired, per_replica)
     if expected <= 0.0:
         return memory
     return replace(memory, stopped=(now, stopped_now(memory, now) + expected))

@@ -408,8 +408,7 @@ def _quiet_release(
     kept = max(stabilized, _window(memory.recommendations, now, UNNEEDED_POLLS * spec.polling_interval, max))
     if kept >= current or kept > QUIET_SHARE * current:
         return None
-    in_flight = min(count, float((size.per_replica or 1) * current))
-    stopped = in_flight * (current - kept) / current
+    stopped = kills.expected_stops(count, current, kept, size.per_replica or 1)
     return (kept, stopped) if stopped <= QUIET_KILLS else None
 
 
@@ -529,8 +528,7 @@ def raw_need(
     growth = max(0.0, slope or 0.0)
     need = (count + growth * size.lookahead) / size.target
     if size.per_replica is not None:
-        in_flight = min(count, float(size.per_replica * current))
-        need = max(need, in_flight / size.per_replica)
+        need = max(need, kills.in_flight(count, current, size.per_replica) / size.per_replica)
     return need
 
 
@@ -568,13 +566,12 @@ def decide(
     if memory.consecutive_failures or memory.last_known_counts:
         memory = replace(memory, consecutive_failures=0, last_known_counts=())
     startup = startup_time(spec, measured_startup)
-    drain_time = sizing(spec).drain_time or 0.0
+    stated = sizing(spec)  # messagesPerReplica and drainTime depend on the rule only
+    drain_time = stated.drain_time or 0.0
     memory = learn_throughput(spec, count, current, memory, now, startup, drain_time)
     memory = learn_from_wait(spec, observation, history, count, slope, current, memory, now, startup, drain_time)
     memory = remember_burst(spec, count, history, memory, now, measured_startup)
-    memory = kills.remember_in_flight(
-        spec, count, current, sizing(spec, measured_startup, learned_throughput=memory.learned_throughput).per_replica,
-        memory, now)
+    memory = kills.remember_in_flight(spec, count, current, stated.per_replica, memory, now)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
 

@@ -183,16 +183,26 @@ class ScalingMemory:
                 ),
                 drain_from=_pair(data.get("drainFrom")),
                 bursts=tuple((_number(t), _number(n)) for t, n in _rows(data.get("bursts"), 2)),
-                in_flight_mean=next(((_number(a), _number(b), _number(c)) for a, b, c in _rows(
-                    None if data.get("inFlightMean") is None else [data.get("inFlightMean")], 3)), None),
+                in_flight_mean=_triple(data.get("inFlightMean")),
                 stopped=_pair(data.get("stopped")),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None
 
 
+def _numbers(value: object, width: int) -> list[float] | None:
+    """One row of `width` numbers, or None."""
+    return None if value is None else [_number(x) for x in _rows([value], width)[0]]
+
+
 def _pair(value: object) -> tuple[float, float] | None:
-    return next(((_number(a), _number(b)) for a, b in _rows(None if value is None else [value], 2)), None)
+    row = _numbers(value, 2)
+    return None if row is None else (row[0], row[1])
+
+
+def _triple(value: object) -> tuple[float, float, float] | None:
+    row = _numbers(value, 3)
+    return None if row is None else (row[0], row[1], row[2])
 
 
 def _rows(value: object, width: int) -> list[list[object]]:
