@@ -4,10 +4,11 @@ A ReplicaSet removes pods without knowing which are busy, so removing k of n rep
 of the messages in flight. A worker that is killed (`onScaleIn: kill`) leaves its messages invisible until their
 visibility timeout ends, which the policy cannot see and assumes is the worst case: each message so stopped is
 late. A p99 objective lets 1 % of the messages be late; STOP_BUDGET, half of that, may go to scale-ins. Where the
-scale-ins of the last hour stopped more, the rule keeps a floor: the replicas that hold what is in flight at the
-steady level 99 % of the time (in flight is Poisson for Poisson arrivals, whatever the job lengths), so that a
-need that wanders below it does not release, and stop, at every dip. See docs/policy.md, *Killed workers that stop
-too much*.
+scale-ins of the last hour, with the release at hand, stop more, the release waits for a poll where it stops no
+more than an hour's budget, and the rule keeps a floor: the replicas that hold what is in flight at the steady
+level 99 % of the time (in flight is Poisson for Poisson arrivals, whatever the job lengths), so that a need that
+wanders below it does not release, and stop, at every dip. See docs/policy.md, *Killed workers that stop too
+much*.
 
 Pure functions of the rule, the count and the memory; the memory changes only when a scale-in stopped something
 or the hour's mean in flight moved by a tenth or more, so that a steady queue does not rewrite status each poll.
@@ -43,13 +44,32 @@ class StopFloor:
     stopped_per_hour: float
     completed_per_hour: float
     in_flight: float
-    waiting: bool = False  # a release waits for a poll with no more than `in_flight` in flight
+    releasing: tuple[int, float] | None = None  # the release asked for, and what it would stop, where it counts
+    waiting: bool = False  # a release waits for a poll with no more than `in_flight` in flight and `allowance` stops
+
+    @property
+    def allowance(self) -> float:
+        """The most a release may stop: the budget of an hour's completions."""
+        return STOP_BUDGET * self.completed_per_hour
+
+    def holds(self, count: float, current: int, asked: int, per_replica: int) -> bool:
+        """Whether a release from `current` to `asked` replicas waits at this poll: more in flight than the hour's
+        mean, or a release (to the floor at least) that would stop more than an hour's budget."""
+        kept = max(asked, min(current, self.replicas))
+        return (in_flight(count, current, per_replica) > self.in_flight
+                or expected_stops(count, current, kept, per_replica) > self.allowance)
 
     def why(self) -> str:
-        return (f"scale-ins stopped about {self.stopped_per_hour:.0f} messages an hour, over "
+        asked = ("" if self.releasing is None else
+                 f", and releasing to {self.releasing[0]} would stop {self.releasing[1]:.1f} more")
+        return (f"scale-ins stopped about {self.stopped_per_hour:.0f} messages an hour{asked}, over "
                 f"{STOP_BUDGET:.1%} of the {self.completed_per_hour:.0f} completed; not below the "
                 f"{self.replicas} replicas that hold the {self.in_flight:.1f} messages in flight on average "
                 f"{FLOOR_QUANTILE:.0%} of the time")
+
+    def wait(self) -> str:
+        return (f"a release waits for a poll with at most {self.in_flight:.1f} in flight where it stops at most "
+                f"{self.allowance:.1f}")
 
 
 def counts_stops(spec: QueueScalerSpec) -> bool:
@@ -126,21 +146,26 @@ def record_scale_in(
 
 
 def stop_floor(
-    spec: QueueScalerSpec, memory: ScalingMemory, now: float, per_replica: int | None, throughput: float | None
+    spec: QueueScalerSpec, memory: ScalingMemory, now: float, per_replica: int | None, throughput: float | None,
+    count: float, current: int, asked: int,
 ) -> StopFloor | None:
-    """The floor a scale-in keeps, where the last hour's scale-ins stopped more than STOP_BUDGET of the messages
-    completed (the mean in flight at the throughput the sizing trusts); None otherwise."""
+    """The floor a release from `current` to `asked` replicas keeps, where the last hour's scale-ins with this
+    release would stop more than STOP_BUDGET of the messages completed (the mean in flight at the throughput the
+    sizing trusts); None otherwise. Counting the release at hand gates the one that would pass the budget, not
+    only those after it."""
     if (not counts_stops(spec) or per_replica is None or throughput is None
-            or memory.in_flight_mean is None or memory.stopped is None):
+            or memory.in_flight_mean is None or asked >= current):
         return None
     mean = memory.in_flight_mean[2]
+    releasing = expected_stops(count, current, asked, per_replica)
     stopped = stopped_now(memory, now) * 3600.0 / STOP_WINDOW
     completed = mean * throughput / per_replica * 3600.0
-    if stopped <= STOP_BUDGET * completed:
+    if stopped + releasing * 3600.0 / STOP_WINDOW <= STOP_BUDGET * completed:
         return None
     return StopFloor(
         replicas=math.ceil(poisson_quantile(mean, FLOOR_QUANTILE) / per_replica),
         stopped_per_hour=stopped, completed_per_hour=completed, in_flight=mean,
+        releasing=(asked, releasing) if releasing > 0.0 else None,
     )
 
 

@@ -711,12 +711,12 @@ def _on_count(
                     stabilized = quiet[0]
             else:
                 stabilized = _window(memory.recommendations, now, release_delay, max)
-    # Where the last hour's scale-ins of killed workers stopped more than the objective's budget, a release waits
-    # for a poll with no more in flight than the hour's mean, and keeps the steady level's replicas
-    # (controller/kills.py).
-    floor = kills.stop_floor(spec, memory, now, size.per_replica, size.throughput) if stabilized < current else None
+    # Where the last hour's scale-ins of killed workers, with this release, stop more than the objective's budget,
+    # the release waits for a poll with no more in flight than the hour's mean where it stops no more than an
+    # hour's budget, and keeps the steady level's replicas (controller/kills.py).
+    floor = kills.stop_floor(spec, memory, now, size.per_replica, size.throughput, count, current, stabilized)
     if floor is not None:
-        if kills.in_flight(count, current, size.per_replica or 1) > floor.in_flight:
+        if floor.holds(count, current, stabilized, size.per_replica or 1):
             stabilized, floor = current, replace(floor, waiting=True)
         elif stabilized < floor.replicas:
             stabilized = min(current, floor.replicas)
@@ -844,8 +844,7 @@ def _explain(
     if readying:
         return Reason.STEADY, f"{keep} ready for it"
     if floor is not None and recommended < current:
-        wait = (f"; a release waits for a poll with at most {floor.in_flight:.1f} in flight" if floor.waiting
-                else "")
+        wait = f"; {floor.wait()}" if floor.waiting else ""
         return Reason.HELD_BY_STABILIZATION, f"{floor.why()}{wait}: {keep} (recommended {recommended})"
     if release_delay is not None and recommended < current:
         return Reason.HELD_BY_STABILIZATION, (

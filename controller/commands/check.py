@@ -226,9 +226,10 @@ class RuleCheck:
                     "each a miss of the objective (workers that drain, onScaleIn: drain with a grace period longer "
                     "than a job, stop none)")
         if kills.counts_stops(spec) and size.throughput is not None:
-            why += (f"; pods killed on scale-in: while the last hour's scale-ins stopped over "
+            why += (f"; pods killed on scale-in: where the last hour's scale-ins with the release at hand stop over "
                     f"{kills.STOP_BUDGET:.1%} of the messages completed, a release waits for a poll with at most the "
-                    f"hour's mean in flight and keeps the replicas that hold it {kills.FLOOR_QUANTILE:.0%} of the time")
+                    f"hour's mean in flight where it stops no more than an hour's budget, and keeps the replicas "
+                    f"that hold that mean {kills.FLOOR_QUANTILE:.0%} of the time")
         return delay, why, scale_to_zero_delay(spec) if spec.min_replicas == 0 else None
 
     def lines(self, wide: bool = False) -> list[str]:

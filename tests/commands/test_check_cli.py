@@ -12,9 +12,9 @@ from tests.commandline import rule_file, run_check, write
 from tests.helpers import WRONG_KEY, add_traffic, new_queue, unique_queue
 
 # What `check -o wide` says of a rule whose pods are killed on scale-in (controller/kills.py).
-ACCOUNT = ("; pods killed on scale-in: while the last hour's scale-ins stopped over 0.5% of the messages completed, a "
-           "release waits for a poll with at most the hour's mean in flight and keeps the replicas that hold it 99% "
-           "of the time")
+ACCOUNT = ("; pods killed on scale-in: where the last hour's scale-ins with the release at hand stop over 0.5% of the "
+           "messages completed, a release waits for a poll with at most the hour's mean in flight where it stops no "
+           "more than an hour's budget, and keeps the replicas that hold that mean 99% of the time")
 
 
 def key_source_yaml(azurite: Azurite, queue: str, strategy: str = "approximate") -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -49,17 +50,25 @@ def test_a_scale_in_of_killed_workers_counts_its_share_of_what_is_in_flight() ->
         assert kills.record_scale_in(other, 8, 10, 5, 2, ScalingMemory(), 100.0) == ScalingMemory()
 
 
-def test_the_floor_holds_only_once_the_stops_passed_half_a_percent_of_the_messages_completed() -> None:
+def test_the_floor_holds_only_once_the_stops_pass_half_a_percent_of_the_messages_completed() -> None:
     spec = make_spec(policy=RENDERS)
     under = replace(SPENT, stopped=(0.0, 3.5))
-    assert kills.stop_floor(spec, under, 0.0, per_replica=2, throughput=0.05) is None
-    floor = kills.stop_floor(spec, SPENT, 0.0, per_replica=2, throughput=0.05)
+    # A release from 12 to 5 replicas with nothing in flight stops nothing: 3.5 is within the 3.6 budget.
+    assert kills.stop_floor(spec, under, 0.0, per_replica=2, throughput=0.05, count=0, current=12, asked=5) is None
+    floor = kills.stop_floor(spec, SPENT, 0.0, per_replica=2, throughput=0.05, count=0, current=12, asked=5)
     assert floor is not None
-    assert floor.replicas == 8 and floor.stopped_per_hour == 10.0
-    assert floor.completed_per_hour == pytest.approx(720.0)
+    assert floor.replicas == 8 and floor.stopped_per_hour == 10.0 and floor.releasing is None
+    assert floor.completed_per_hour == pytest.approx(720.0) and floor.allowance == pytest.approx(3.6)
     # The account decays: after an hour, 10 / e = 3.7 an hour is still over 3.6; after 1 h 5 min it is not.
-    assert kills.stop_floor(spec, SPENT, 3600.0, 2, 0.05) is not None
-    assert kills.stop_floor(spec, SPENT, 3900.0, 2, 0.05) is None
+    assert kills.stop_floor(spec, SPENT, 3600.0, 2, 0.05, 0, 12, 5) is not None
+    assert kills.stop_floor(spec, SPENT, 3900.0, 2, 0.05, 0, 12, 5) is None
+    # The release at hand counts: with one message in flight, 12 -> 5 stops 7/12 more, and 3.5 + 0.58 is over.
+    passing = kills.stop_floor(spec, under, 0.0, 2, 0.05, count=1, current=12, asked=5)
+    assert passing is not None and passing.releasing is not None
+    assert passing.releasing[0] == 5 and passing.releasing[1] == pytest.approx(7 / 12)
+    # So does a first one, with nothing remembered stopped: 12 -> 5 with 8 in flight stops 4.7 of a 3.6 budget.
+    assert kills.stop_floor(spec, replace(SPENT, stopped=None), 0.0, 2, 0.05, 8, 12, 5) is not None
+    assert kills.stop_floor(spec, replace(SPENT, stopped=None), 0.0, 2, 0.05, 6, 12, 5) is None  # 3.5
 
 
 def test_a_rule_that_spent_its_budget_releases_to_the_floor_not_to_the_need() -> None:
@@ -69,9 +78,9 @@ def test_a_rule_that_spent_its_budget_releases_to_the_floor_not_to_the_need() ->
     assert replicas == [12] * 12 + [8]
     last = run.decisions[-1]
     assert last.reason == Reason.SCALED_DOWN
-    assert "scaled down 12 -> 8 (recommended 2): scale-ins stopped about 10 messages an hour, over 0.5% of the 720 " \
-           "completed; not below the 8 replicas that hold the 8.0 messages in flight on average 99% of the time" \
-           in last.message
+    assert "scaled down 12 -> 8 (recommended 2): scale-ins stopped about 10 messages an hour, and releasing to 2 " \
+           "would stop 3.3 more, over 0.5% of the 720 completed; not below the 8 replicas that hold the 8.0 " \
+           "messages in flight on average 99% of the time" in last.message
     # The release is counted: 4 in flight, 4 of 12 pods removed.
     assert run.memory.stopped is not None and run.memory.stopped[1] == pytest.approx(10.0 * math.exp(-120 / 3600)
                                                                                       + 4 * 4 / 12)
@@ -82,13 +91,39 @@ def test_a_rule_that_spent_its_budget_releases_only_at_a_poll_with_no_more_than_
     assert [run.tick(t, 10).desired for t in range(0, 140, 10)] == [12] * 14  # 10 in flight, above the mean of 8
     held = run.decisions[-1]
     assert held.reason == Reason.HELD_BY_STABILIZATION
-    assert "a release waits for a poll with at most 8.0 in flight: keeping 12 (recommended 5)" in held.message
+    assert ("a release waits for a poll with at most 8.0 in flight where it stops at most 3.6: keeping 12 "
+            "(recommended 5)") in held.message
     assert run.tick(140, 6).desired == 8  # 6 in flight: the release goes, to the floor
 
 
+def test_a_release_that_stops_more_than_an_hours_budget_waits_though_little_is_in_flight() -> None:
+    # 40 replicas of a wave; the floor is 8. With 8 in flight (the mean), 40 -> 8 stops 8 x 32/40 = 6.4 of the
+    # hour's budget of 3.6: the release waits. With 4 in flight it stops 3.2, and goes.
+    wave = replace(SPENT, recommendations=(Recommendation(-600.0, 40),))
+    run = Run(make_spec(policy=RENDERS), current=40, memory=wave)
+    assert [run.tick(t, 8).desired for t in range(0, 140, 10)] == [40] * 14
+    held = run.decisions[-1]
+    assert held.reason == Reason.HELD_BY_STABILIZATION
+    assert ("a release waits for a poll with at most 8.0 in flight where it stops at most 3.6: keeping 40 "
+            "(recommended 4)") in held.message
+    assert run.tick(140, 4).desired == 8
+
+
+def test_the_release_that_would_pass_the_budget_waits_as_those_after_it() -> None:
+    # Nothing stopped yet. 12 -> 5 with 10 in flight would stop 5.8 of a 3.6 budget: it waits, and says what it
+    # would stop. With 7 in flight 12 -> 5 would still stop 4.1, and the release goes to the floor of 8 (2.3).
+    first = Run(make_spec(policy=RENDERS), current=12, memory=replace(SPENT, stopped=None))
+    assert [first.tick(t, 10).desired for t in range(0, 130, 10)] == [12] * 13
+    assert ("scale-ins stopped about 0 messages an hour, and releasing to 5 would stop 5.8 more, over 0.5% of the "
+            "720 completed") in first.decisions[-1].message
+    assert first.tick(130, 7).desired == 8
+
+
 def test_under_budget_or_with_workers_that_do_not_die_the_release_follows_the_need() -> None:
-    under = Run(make_spec(policy=RENDERS), current=12, memory=replace(SPENT, stopped=(0.0, 3.0)))
-    assert [under.tick(t, 10).desired for t in range(0, 130, 10)][-1] == 5
+    # 1.5 stopped (1.45 two minutes later); 12 -> 1 with 2 in flight stops 1.8 more: 3.3, within the 3.6 budget,
+    # and the release follows the need.
+    under = Run(make_spec(policy=RENDERS), current=12, memory=replace(SPENT, stopped=(0.0, 1.5)))
+    assert [under.tick(t, 2).desired for t in range(0, 130, 10)][-1] == 1
     drained = Run(make_spec(policy={**RENDERS, "onScaleIn": "drain"}), current=12, memory=SPENT)
     assert [drained.tick(t, 4).desired for t in range(0, 30, 10)][-1] == 2  # two polls, then to the need
 
@@ -127,9 +162,12 @@ REPORT_RENDERS = next(path for path in HOLDOUT if path.stem == "holdout-report-r
 BUDGET = kills.STOP_BUDGET
 
 
-def _run(budget: float, monkeypatch: pytest.MonkeyPatch) -> Metrics:
+LONG_BATCH = next(path for path in HOLDOUT if path.stem == "holdout-long-batch")
+
+
+def _run(budget: float, monkeypatch: pytest.MonkeyPatch, scenario: Path = REPORT_RENDERS) -> Metrics:
     monkeypatch.setattr(kills, "STOP_BUDGET", budget)
-    sc = load_scenario(str(REPORT_RENDERS))
+    sc = load_scenario(str(scenario))
     rule = our_rule(sc)
     return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0].metrics
 
@@ -144,3 +182,18 @@ def test_held_out_report_renders_meets_its_objective_only_with_the_account(monke
     kept = _run(BUDGET, monkeypatch)
     assert kept.wait_p99 <= sc.slo_wait
     assert kept.duplicate_deliveries < 0.01 * kept.messages_arrived
+
+
+def test_held_out_long_batch_meets_its_objective_releasing_only_what_fits_an_hours_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Re-encodes of 10 to 30 minutes, 60 every four hours and a trickle of about 3 in flight, pods killed with a
+    # 40-minute visibility timeout: a batch's 40 replicas released while the trickle runs stop its jobs, each 40
+    # minutes late. An hour's budget is 0.5 % of about 10 completions, so a release waits for a poll with nothing
+    # in flight. Before a release counted itself and its own budget, 24 of ~540 messages were delivered again
+    # and the p99 wait was 3,248 s; now none is (seed of the suite).
+    sc = load_scenario(str(LONG_BATCH))
+    without = _run(math.inf, monkeypatch, LONG_BATCH)
+    assert without.wait_p99 > sc.slo_wait and without.duplicate_deliveries > 0.01 * without.messages_arrived
+    kept = _run(BUDGET, monkeypatch, LONG_BATCH)
+    assert kept.wait_p99 <= sc.slo_wait and kept.duplicate_deliveries == 0

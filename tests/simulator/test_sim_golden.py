@@ -30,8 +30,9 @@ GOLDEN = {
     # Changed on 2026-11-27: a scale-in takes the removed pods' share of the work in flight rounded at random, not
     # down (World._take_share): its pods are killed on scale-in, and small scale-ins had stopped nothing. Changed
     # again that day: its rule keeps the account of what its scale-ins stop (controller/kills.py), which passes
-    # its budget as the crowd declines.
-    "flash-crowd": "920555476a5b2f239db7c2d37e47c03c9d8f6760fe3503a7ebfbdc3d88152308",
+    # its budget as the crowd declines. Changed on 2026-11-28: a release counts its own stops against that budget,
+    # and may stop at most an hour's budget.
+    "flash-crowd": "ff9a1adcf5ed80f29c5671bee9575e9f4a0e71b187c4fe838d1c6b002f5951d5",
     # Changed by issue 18: the default rule (targetWaitSeconds 1h, a 30 s cold start) now goes to zero after 30 s
     # inactive instead of 5 minutes (policy.scale_to_zero_delay); and its pods drain on scale-in, which the default
     # rule is now told (onScaleIn: drain), so capacity two polls found unneeded is released
