@@ -327,8 +327,8 @@ def test_the_readme_benchmark_summary_is_what_docs_benchmarks_md_measured() -> N
         r"([\d.]+)x to ([\d.]+)x as often as we do; on the other (\w+) no KEDA setting reaches our p99\.\s+"
         r"We miss the objective on (\w+)\. (\w+) only replicas kept ready from the start meet, at ([\d.]+)x to "
         r"([\d.]+)x our\s+worker-seconds \(the rule's `ColdStart` condition says when a cold start cannot meet an "
-        r"objective\)\. On the other (\w+),\s+([\w-]+)(?: and -([\w-]+))?, pods are killed on scale-in .*?"
-        r"\(a constant (\d+)(?: and (\d+))?\s+replicas meet (?:them|it), at ([\d.]+)x(?: and ([\d.]+)x)? our "
+        r"objective\)\. On the other (\w+),\s+([\w-]+)(?: and -([\w-]+))?, .*?"
+        r"a constant (\d+)(?: and (\d+))?\s+replicas meet (?:them|it), at ([\d.]+)x(?: and ([\d.]+)x)? our "
         r"worker-seconds[;)].*?"
         r"(No|\w+) scenarios? (?:is|are) out of reach for every policy", README, re.S)
     assert sentence, "the README's benchmark sentence changed shape: update this test with it"
@@ -340,7 +340,7 @@ def test_the_readme_benchmark_summary_is_what_docs_benchmarks_md_measured() -> N
     assert agrees(rev_low, min(reversals)) and agrees(rev_high, max(reversals)), (min(reversals), max(reversals))
     assert words[other] == len(unreached)
     # Every objective we miss is met by some constant count kept ready, and the README quotes what that costs: for
-    # the ones a cold start misses as a range, for the ones whose scale-ins stop too much by name.
+    # the ones a cold start misses as a range, for the others by name.
     assert words[missed_count] == len(missed) == len(kept_ready) + len(out_of_reach)
     assert words[cold_count.lower()] + ({**words, "one": 1})[killed_count] == len(missed)
     named = {}
