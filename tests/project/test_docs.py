@@ -359,6 +359,15 @@ def test_the_readme_benchmark_summary_is_what_docs_benchmarks_md_measured() -> N
     assert ({**words, "no": 0})[unreachable.lower()] == len(out_of_reach)
 
 
+def test_the_readme_seeds_figure_is_what_docs_seeds_md_measured() -> None:
+    # docs/seeds.md is generated (benchmarks.seeds --markdown); the README quotes its count of runs met told x1.
+    seeds = (DOCS / "seeds.md").read_text()
+    measured = re.search(r"queuescale meets the objective in (\d+) / \d+ / \d+ of (\d+) runs", seeds)
+    quoted = re.search(r"the objective told the true serviceTime is met in (\d+) of (\d+) runs", README)
+    assert measured and quoted, "the seeds sentence changed shape: update this test with it"
+    assert quoted.groups() == measured.groups()
+
+
 def test_the_built_in_scenarios_table_lists_the_library() -> None:
     from controller.simulator.scenario import library
 
