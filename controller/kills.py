@@ -52,13 +52,6 @@ class StopFloor:
         """The most a release may stop: the budget of an hour's completions."""
         return STOP_BUDGET * self.completed_per_hour
 
-    def holds(self, count: float, current: int, asked: int, per_replica: int) -> bool:
-        """Whether a release from `current` to `asked` replicas waits at this poll: more in flight than the hour's
-        mean, or a release (to the floor at least) that would stop more than an hour's budget."""
-        kept = max(asked, min(current, self.replicas))
-        return (in_flight(count, current, per_replica) > self.in_flight
-                or expected_stops(count, current, kept, per_replica) > self.allowance)
-
     def why(self) -> str:
         asked = ("" if self.releasing is None else
                  f", and releasing to {self.releasing[0]} would stop {self.releasing[1]:.1f} more")
@@ -152,7 +145,8 @@ def stop_floor(
     """The floor a release from `current` to `asked` replicas keeps, where the last hour's scale-ins with this
     release would stop more than STOP_BUDGET of the messages completed (the mean in flight at the throughput the
     sizing trusts); None otherwise. Counting the release at hand gates the one that would pass the budget, not
-    only those after it."""
+    only those after it. The release waits (`waiting`) at a poll with more in flight than the hour's mean, or where
+    it (to the floor at least) would stop more than an hour's budget."""
     if (not counts_stops(spec) or per_replica is None or throughput is None
             or memory.in_flight_mean is None or asked >= current):
         return None
@@ -162,11 +156,15 @@ def stop_floor(
     completed = mean * throughput / per_replica * 3600.0
     if stopped + releasing * 3600.0 / STOP_WINDOW <= STOP_BUDGET * completed:
         return None
-    return StopFloor(
+    floor = StopFloor(
         replicas=math.ceil(poisson_quantile(mean, FLOOR_QUANTILE) / per_replica),
         stopped_per_hour=stopped, completed_per_hour=completed, in_flight=mean,
         releasing=(asked, releasing) if releasing > 0.0 else None,
     )
+    kept = max(asked, min(current, floor.replicas))
+    waiting = (in_flight(count, current, per_replica) > mean
+               or expected_stops(count, current, kept, per_replica) > floor.allowance)
+    return replace(floor, waiting=waiting)
 
 
 def poisson_quantile(mean: float, q: float) -> int:

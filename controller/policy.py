@@ -716,8 +716,8 @@ def _on_count(
     # hour's budget, and keeps the steady level's replicas (controller/kills.py).
     floor = kills.stop_floor(spec, memory, now, size.per_replica, size.throughput, count, current, stabilized)
     if floor is not None:
-        if floor.holds(count, current, stabilized, size.per_replica or 1):
-            stabilized, floor = current, replace(floor, waiting=True)
+        if floor.waiting:
+            stabilized = current
         elif stabilized < floor.replicas:
             stabilized = min(current, floor.replicas)
         else:
