@@ -75,6 +75,15 @@ def in_flight(count: float, current: int, per_replica: int) -> float:
     return min(count, float(per_replica * current))
 
 
+def usual_in_flight(spec: QueueScalerSpec, memory: ScalingMemory, now: float, span: float) -> float | None:
+    """The hour's mean in flight, where the rule keeps the account and has kept it for at least `span` seconds:
+    what a steady stream keeps in flight, so what a release at a later poll would expect to find. A mean younger
+    than that is mostly the burst the rule began in (its first poll enters untrimmed)."""
+    if not counts_stops(spec) or memory.in_flight_mean is None or now - memory.in_flight_mean[0] < span:
+        return None
+    return memory.in_flight_mean[2]
+
+
 def expected_stops(count: float, current: int, kept: int, per_replica: int) -> float:
     """The messages a scale-in from `current` to `kept` replicas stops in expectation: the removed pods' share of
     what is in flight (a ReplicaSet cannot tell busy pods from idle ones)."""

@@ -206,8 +206,9 @@ DEFAULT_DRAIN_TIME = 60.0
 # replica the next poll wants back.
 UNNEEDED_POLLS = 2
 # Where a scale-in kills jobs shorter than a poll, a burst's capacity may go before the scale-down delay, at a poll
-# where the replicas removed are expected to hold at most QUIET_KILLS messages, and only when what is kept is at
-# most QUIET_SHARE of the replicas (the need fell as a burst ends, not in a dip). See `releases_when_quiet`.
+# where the replicas removed are expected to hold at most QUIET_KILLS messages (or no more is in flight than the
+# hour's mean: a release after the delay would stop as many), and only when what is kept is at most QUIET_SHARE of
+# the replicas (the need fell as a burst ends, not in a dip). See `releases_when_quiet`.
 QUIET_KILLS = 1.0
 QUIET_SHARE = 1 / 3
 
@@ -379,7 +380,10 @@ def releases_when_quiet(spec: QueueScalerSpec, size: Sizing, measured_startup: f
     the objective (a replica released too soon comes back in time), and one job is shorter than a poll (so what is
     still in flight at a poll is young, and a stopped one is redone for less than a poll's work; longer or
     heavy-tailed jobs still running after the need fell are the long ones), capacity two polls found unneeded
-    goes at the first poll where the replicas removed hold, in expectation, at most QUIET_KILLS messages.
+    goes at the first poll where the replicas removed hold, in expectation, at most QUIET_KILLS messages, or
+    where no more is in flight than the hour's mean (a steady stream under the burst keeps about that many in
+    flight: waiting out the delay would stop as many, and only hold the burst's replicas idle meanwhile). The
+    account of stops (controller/kills.py) still gates a release that would pass the hour's budget.
     """
     policy = spec.policy
     if policy.scale_down.delay is not None or policy.on_scale_in == "drain" or size.throughput is None:
@@ -408,8 +412,12 @@ def _quiet_release(
     kept = max(stabilized, _window(memory.recommendations, now, UNNEEDED_POLLS * spec.polling_interval, max))
     if kept >= current or kept > QUIET_SHARE * current:
         return None
-    stopped = kills.expected_stops(count, current, kept, size.per_replica or 1)
-    return (kept, stopped) if stopped <= QUIET_KILLS else None
+    per_replica = size.per_replica or 1
+    stopped = kills.expected_stops(count, current, kept, per_replica)
+    usual = kills.usual_in_flight(spec, memory, now, scale_down_delay(spec, size, measured_startup))
+    if stopped <= QUIET_KILLS or (usual is not None and kills.in_flight(count, current, per_replica) <= usual):
+        return kept, stopped
+    return None
 
 
 def readies_bursts(spec: QueueScalerSpec, measured_startup: float | None = None) -> bool:

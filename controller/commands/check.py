@@ -218,7 +218,8 @@ class RuleCheck:
         size = sizing(spec)
         delay, why = scale_down_delay_why(spec, size)
         if releases_when_quiet(spec, size):
-            why += "; a burst's capacity goes sooner, at a poll where the replicas removed hold at most one message"
+            why += ("; a burst's capacity goes sooner, at a poll where the replicas removed hold at most one message "
+                    "or no more is in flight than the hour's mean")
         if spec.policy.on_scale_in == "kill" and stopped_jobs_miss(spec, size):
             # A ReplicaSet removes pods without knowing which are busy: holding capacity for a job protects only
             # the jobs running when the need fell (docs/benchmarks.md, Kills counted at their share).

@@ -251,6 +251,33 @@ def test_a_bursts_capacity_goes_before_the_delay_at_a_poll_where_it_holds_about_
     assert [run.tick(t, 2).desired for t in (50, 60, 70)] == [3, 3, 3]
 
 
+def test_a_bursts_capacity_goes_at_a_poll_no_busier_than_the_stream_under_it() -> None:
+    # For an hour a stream kept 3 messages in flight; a burst asked for 19 replicas. Once two polls find 16 of them
+    # unneeded, a poll with no more in flight than the hour's mean releases them: a release after the 2-minute
+    # delay would find as many in flight and stop as many, and hold 16 idle replicas until then.
+    memory = ScalingMemory(last_scale_up=-600.0, in_flight_mean=(-3600.0, -10.0, 3.0))
+    run = Run(make_spec(policy=KILLED), current=1, memory=memory)
+    assert run.tick(0, 300).desired == 19
+    assert [run.tick(t, 3).desired for t in (10, 20)] == [19, 19]
+    busier = run.tick(30, 5)  # more in flight than the hour's mean: 5 x 16/19 = 4.2 would be stopped
+    assert (busier.desired, busier.reason) == (19, Reason.HELD_BY_STABILIZATION)
+    usual = run.tick(40, 3)  # to what the last two polls want (5 at t=30): 3 x 14/19 = 2.2 stopped
+    assert (usual.desired, usual.reason) == (5, Reason.SCALED_DOWN)
+    assert usual.message.endswith("scaled down 19 -> 5 before the scale-down delay 2m: unneeded for two polls, and "
+                                  "the replicas removed hold about 2.2 messages in flight")
+
+
+def test_a_mean_in_flight_younger_than_the_delay_is_not_the_streams() -> None:
+    # The same, but the rule began with the burst: a mean in flight kept for less than the delay has not seen the
+    # stream without the burst, so a poll with 3 in flight (the mean so far) waits for the delay, or for one in
+    # flight, as before.
+    run = Run(make_spec(policy=KILLED), current=1, memory=ScalingMemory(last_scale_up=-600.0))
+    assert run.tick(0, 300).desired == 19
+    assert [run.tick(t, 3).desired for t in (10, 20, 30)] == [19, 19, 19]
+    assert run.memory.in_flight_mean is not None and run.memory.in_flight_mean[2] == 3.0
+    assert run.tick(40, 1).desired == 3
+
+
 def test_a_dip_keeps_the_delay_however_quiet_the_poll() -> None:
     run = Run(make_spec(policy=KILLED), current=1, memory=ScalingMemory(last_scale_up=-600.0))
     assert run.tick(0, 150).desired == 10  # 150 / 16
@@ -282,17 +309,38 @@ def test_only_short_jobs_killed_with_a_derived_default_delay_and_a_cold_start_th
     assert not releases_when_quiet(count_mode, sizing(count_mode))
 
 
-def test_a_bursts_capacity_released_when_quiet_costs_less_and_stops_fewer_jobs_in_the_simulator() -> None:
-    # Held-out holdout-retry-storms: bursts of 50 to 400 webhooks of 2 s, pods killed on scale-in. The same rule
-    # stating the same 2-minute delay holds every burst's replicas for it.
+def test_a_bursts_capacity_released_when_quiet_costs_less_within_the_budget_of_stops_in_the_simulator() -> None:
+    # Held-out holdout-retry-storms: bursts of 50 to 400 webhooks of 2 s over a stream of 1 a second, pods killed on
+    # scale-in. The same rule stating the same 2-minute delay holds every burst's replicas for it, and then stops
+    # what the stream has in flight anyway: releasing at a usual poll stops about as many (27 against 26 here),
+    # within the account's budget of 0.5 % of the messages.
     sc = load_scenario(str(RETRY_STORMS))
     rule = our_rule(sc)
     quiet = _run(sc, rule)
     held = _run(sc, replace(rule, spec=replace(rule.spec, policy=replace(
         rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=120.0)))))
     assert quiet.wait_p99 <= sc.slo_wait
-    assert quiet.worker_seconds < 0.85 * held.worker_seconds
-    assert quiet.duplicate_deliveries < held.duplicate_deliveries
+    assert quiet.worker_seconds < 0.75 * held.worker_seconds
+    assert quiet.duplicate_deliveries <= kills.STOP_BUDGET * quiet.messages_arrived
+
+
+SETTLEMENT_FILES = next(path for path in HOLDOUT if path.stem == "holdout-settlement-files")
+
+
+def test_a_held_out_stream_under_its_bursts_costs_less_and_stops_fewer_than_the_delay() -> None:
+    # Held-out holdout-settlement-files (fourth set, committed before this release existed): 10 payment events a
+    # second over 1.5 s jobs, five per pod, and files of 3,000 at odd hours, pods killed. After each file the stream
+    # keeps about 15 in flight, never one: the 2-minute delay held each file's replicas, then stopped whatever was in
+    # flight at its end (103,080 worker-seconds, 85 duplicates); a poll no busier than the hour's mean releases
+    # them sooner and stops fewer (94,840, 62).
+    sc = load_scenario(str(SETTLEMENT_FILES))
+    rule = our_rule(sc)
+    usual = _run(sc, rule)
+    held = _run(sc, replace(rule, spec=replace(rule.spec, policy=replace(
+        rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=120.0)))))
+    assert usual.wait_p99 <= sc.slo_wait
+    assert usual.worker_seconds < 0.95 * held.worker_seconds
+    assert usual.duplicate_deliveries < held.duplicate_deliveries
 
 
 def test_the_live_fidelity_scenario_releases_each_bursts_capacity_at_its_first_quiet_poll() -> None:
