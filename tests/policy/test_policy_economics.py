@@ -349,6 +349,24 @@ def test_the_live_fidelity_scenario_releases_each_bursts_capacity_at_its_first_q
     assert quiet.metrics.wait_p99 <= held.wait_p99 <= sc.slo_wait
 
 
+def test_the_live_fidelity_scenario_releases_each_bursts_capacity_at_a_poll_no_busier_than_usual() -> None:
+    # benchmarks/scenarios/fidelity/fidelity-usual.yaml: two bursts of 200 one-second jobs over a stream of 4/s that
+    # keeps about 4 in flight, pods killed. Live on 2026-11-28 the rule scaled 7 -> 2 at 220 s and 305 s, each at a
+    # poll with more than one message but no more than the mean in flight; simulated with the scenario's seed, at
+    # the same seconds. Stating the 2-minute delay holds the first burst's replicas into the second, and the
+    # second's to the end.
+    scenario_file = SCENARIOS / "fidelity-usual.yaml"
+    sc = load_scenario(str(scenario_file))
+    [rule] = load_rules([str(rule_for(scenario_file))])
+    usual = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0]
+    assert [(t, before) for t, before, after in usual.scale_actions if after < before] == [(220, 7), (305, 7)]
+    held = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", _stating_two_minutes(rule), w,
+                                                                    sc.start_epoch))])[0]
+    assert [t for t, before, after in held.scale_actions if after < before] == []
+    assert usual.metrics.worker_seconds < 0.85 * held.metrics.worker_seconds
+    assert usual.metrics.wait_p99 <= sc.slo_wait
+
+
 def test_on_scale_in_is_checked() -> None:
     with pytest.raises(SpecError) as caught:
         make_spec(policy={**DRAINING, "onScaleIn": "finish"})
