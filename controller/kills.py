@@ -10,6 +10,9 @@ level 99 % of the time (in flight is Poisson for Poisson arrivals, whatever the 
 wanders below it does not release, and stop, at every dip. See docs/policy.md, *Killed workers that stop too
 much*.
 
+The same hour's mean tells a burst's capacity when a poll is no busier than usual (controller/policy.py,
+`releases_when_quiet`).
+
 Pure functions of the rule, the count and the memory; the memory changes only when a scale-in stopped something
 or the hour's mean in flight moved by a tenth or more, so that a steady queue does not rewrite status each poll.
 """
@@ -78,7 +81,8 @@ def in_flight(count: float, current: int, per_replica: int) -> float:
 def usual_in_flight(spec: QueueScalerSpec, memory: ScalingMemory, now: float, span: float) -> float | None:
     """The hour's mean in flight, where the rule keeps the account and has kept it for at least `span` seconds:
     what a steady stream keeps in flight, so what a release at a later poll would expect to find. A mean younger
-    than that is mostly the burst the rule began in (its first poll enters untrimmed)."""
+    than that was kept mostly over the burst the rule began in (a count is trimmed only against the mean before
+    it), not over the stream."""
     if not counts_stops(spec) or memory.in_flight_mean is None or now - memory.in_flight_mean[0] < span:
         return None
     return memory.in_flight_mean[2]
