@@ -78,14 +78,17 @@ def in_flight(count: float, current: int, per_replica: int) -> float:
     return min(count, float(per_replica * current))
 
 
-def usual_in_flight(spec: QueueScalerSpec, memory: ScalingMemory, now: float, span: float) -> float | None:
-    """The hour's mean in flight, where the rule keeps the account and has kept it for at least `span` seconds:
-    what a steady stream keeps in flight, so what a release at a later poll would expect to find. A mean younger
-    than that was kept mostly over the burst the rule began in (a count is trimmed only against the mean before
-    it), not over the stream."""
+def no_busier_than_usual(
+    spec: QueueScalerSpec, memory: ScalingMemory, now: float, span: float, count: float, current: int,
+    per_replica: int,
+) -> bool:
+    """Whether this poll has no more in flight than the hour's mean, where the rule keeps the account and has kept
+    it for at least `span` seconds: the mean is what a steady stream keeps in flight, so what a release at a later
+    poll would expect to find. A mean younger than that was kept mostly over the burst the rule began in (a count
+    is trimmed only against the mean before it), not over the stream."""
     if not counts_stops(spec) or memory.in_flight_mean is None or now - memory.in_flight_mean[0] < span:
-        return None
-    return memory.in_flight_mean[2]
+        return False
+    return in_flight(count, current, per_replica) <= memory.in_flight_mean[2]
 
 
 def expected_stops(count: float, current: int, kept: int, per_replica: int) -> float:

@@ -398,9 +398,9 @@ def releases_when_quiet(spec: QueueScalerSpec, size: Sizing, measured_startup: f
 
 def _quiet_release(
     spec: QueueScalerSpec, size: Sizing, memory: ScalingMemory, now: float, current: int, count: float,
-    measured_startup: float | None, stabilized: int,
+    measured_startup: float | None, stabilized: int, delay: float,
 ) -> tuple[int, float] | None:
-    """The replicas to release to at this poll before the scale-down delay, and the messages the replicas removed
+    """The replicas to release to at this poll before the scale-down `delay`, and the messages the replicas removed
     are expected to hold (see `releases_when_quiet`); None to hold. `stabilized`: what a stated
     `scaleDown.stabilizationWindow` keeps, at least.
 
@@ -414,8 +414,7 @@ def _quiet_release(
         return None
     per_replica = size.per_replica or 1
     stopped = kills.expected_stops(count, current, kept, per_replica)
-    usual = kills.usual_in_flight(spec, memory, now, scale_down_delay(spec, size, measured_startup))
-    if stopped <= QUIET_KILLS or (usual is not None and kills.in_flight(count, current, per_replica) <= usual):
+    if stopped <= QUIET_KILLS or kills.no_busier_than_usual(spec, memory, now, delay, count, current, per_replica):
         return kept, stopped
     return None
 
@@ -712,7 +711,8 @@ def _on_count(
             # want: one large step kills less in-flight work than a ramp of small ones. A burst's capacity may
             # go sooner, at a poll where what it removes holds about nothing.
             if _window(memory.recommendations, now, release_delay, max) >= current:
-                quiet = _quiet_release(spec, size, memory, now, current, count, measured_startup, down_rec)
+                quiet = _quiet_release(spec, size, memory, now, current, count, measured_startup, down_rec,
+                                       release_delay)
                 if quiet is None:
                     stabilized, held_by_delay = current, True
                 else:
