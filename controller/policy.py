@@ -52,7 +52,6 @@ from controller.throughput import (
     DRAIN_MESSAGES,
     learn_from_wait,
     learn_throughput,
-    learnable,
     stated_throughput,
     trusted_throughput,
 )
@@ -523,20 +522,44 @@ def raw_need(
     measured_startup: float | None = None,
     *,
     learned_throughput: float | None = None,
+    starting: float = 0.0,
 ) -> float:
     """Replicas the count asks for, unrounded, before tolerance and limits.
 
     `(count + growth x lookahead) / target`: a growing queue is sized for what new pods will find when they
-    start. When messagesPerReplica is known (and always in rate mode), the approximate count's in-flight part
-    (at most messagesPerReplica per current replica) keeps its replicas: the need never drops below the replicas
-    that are busy, so a scale-in never counts on busy workers being idle.
+    start. In rate mode the growth was measured under the replicas that were ready, so what the replicas asked
+    for and still starting will take before the lookahead ends (`starting`, replica-seconds of it, see
+    `starting_work`) is not projected as backlog: otherwise every poll of a long start-up asks again for the
+    growth the replicas on their way will take. The projection never falls below the count. When
+    messagesPerReplica is known (and always in rate mode), the approximate count's in-flight part (at most
+    messagesPerReplica per current replica) keeps its replicas: the need never drops below the replicas that are
+    busy, so a scale-in never counts on busy workers being idle.
     """
     size = sizing(spec, measured_startup, learned_throughput=learned_throughput)
     growth = max(0.0, slope or 0.0)
-    need = (count + growth * size.lookahead) / size.target
+    projected = count + growth * size.lookahead
+    if growth > 0 and starting > 0 and size.throughput is not None:
+        projected = max(count, projected - size.throughput * starting)
+    need = projected / size.target
     if size.per_replica is not None:
         need = max(need, kills.in_flight(count, current, size.per_replica) / size.per_replica)
     return need
+
+
+def starting_work(
+    memory: ScalingMemory, now: float, startup: float, lookahead: float, current: int
+) -> tuple[int, float]:
+    """The replicas asked for and still starting at this poll that will be ready before `lookahead` ends, and the
+    replica-seconds they will work by then: each scale-up's replicas are taken to be ready a start-up after it was
+    asked (what the policy assumes everywhere), at most the `current` replicas in all (a scale-down since removed
+    some of them)."""
+    due = [(e.time + startup, e.to_replicas - e.from_replicas) for e in memory.scale_events
+           if e.to_replicas > e.from_replicas and now <= e.time + startup < now + lookahead]
+    asked = sum(replicas for _, replicas in due)
+    if not asked:
+        return 0, 0.0
+    work = sum(replicas * (now + lookahead - ready) for ready, replicas in due)
+    return min(asked, current), work * min(1.0, current / asked)
 
 
 def decide(
@@ -654,7 +677,10 @@ def _on_count(
     to_zero_delay = scale_to_zero_delay(spec, measured_startup)
     active = count > policy.activation_threshold
     inactive_since = None if active else (memory.inactive_since if memory.inactive_since is not None else now)
-    need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned)
+    startup = startup_time(spec, measured_startup)
+    starting, work = (starting_work(memory, now, startup, size.lookahead, current)
+                      if size.throughput is not None and (slope or 0.0) > 0 else (0, 0.0))
+    need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned, starting=work)
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False
@@ -683,13 +709,15 @@ def _on_count(
         readying = None
 
     release_delay = scale_down_delay(spec, size, measured_startup)
-    # A wait since a poll of the history reads the replicas back to a start-up before its oldest poll.
-    events_kept = (policy.trend_window + spec.polling_interval + startup_time(spec, measured_startup)
-                   if learnable(spec, current) is not None else 0.0)
+    # In rate mode: a wait since a poll of the history reads the replicas back to a start-up before its oldest
+    # poll, and the replicas still starting are those asked within a start-up.
+    events_kept = policy.trend_window + spec.polling_interval + startup if size.throughput is not None else 0.0
     memory = _remember(memory, spec, now, recommended, inactive_since, release_delay, events_kept)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
+    if starting:
+        summary += f" (the trend less what {plural(starting, 'replica')} still starting will take)"
     if readying is not None:
         replicas, burst = readying
         due = f"in {duration(burst.at - now)}" if burst.at > now else "now"

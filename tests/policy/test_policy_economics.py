@@ -17,15 +17,17 @@ from benchmarks.policy_suite import HOLDOUT, our_rule
 from controller import kills
 from controller.commands.simulate import load_rules
 from controller.model.fields import SpecError
-from controller.model.readings import Reason, ScalingMemory
+from controller.model.readings import Reason, ScaleEvent, ScalingMemory
 from controller.model.rule import QueueScaler
 from controller.policy import (
     cold_start_condition,
     decide,
+    raw_need,
     releases_when_quiet,
     scale_down_delay,
     scale_to_zero_delay,
     sizing,
+    starting_work,
     startup_time,
 )
 from controller.simulator.adapters import RuleAutoscaler
@@ -53,6 +55,65 @@ def test_rate_mode_projects_growth_over_the_startup_time() -> None:
     assert sizing(make_spec(policy={**RATE, "startupTime": "90s"})).lookahead == 90.0
     assert sizing(make_spec(policy=RATE), measured_startup=75.0).lookahead == 75.0
     assert sizing(make_spec(policy={**RATE, "lookahead": "5s", "startupTime": "90s"})).lookahead == 5.0
+
+
+# GPU-like pods: 12 s a message, one at a time, three minutes to start; a message may wait five minutes. One
+# replica is sized for 1 + 150 s x 1/12 = 13.5 messages, and growth is projected over the 180 s start-up.
+SLOW_START = {"targetWaitSeconds": 300, "serviceTime": "12s", "startupTime": "3m"}
+
+
+def test_replicas_still_starting_are_counted_for_the_work_they_will_do_before_the_lookahead_ends() -> None:
+    # Ten asked at t=0 are ready at 180 s: at a poll at 30 s they work 30 s of the 180 s lookahead (300
+    # replica-seconds); two asked at 100 s are ready at 280 s, past it, and replicas ready before the poll are the
+    # trend's own.
+    memory = ScalingMemory(scale_events=(ScaleEvent(-200.0, 1, 2), ScaleEvent(0.0, 2, 12), ScaleEvent(100.0, 12, 14)))
+    assert starting_work(memory, 30.0, 180.0, 180.0, 14) == (10, 300.0)
+    assert starting_work(memory, 180.0, 180.0, 180.0, 14) == (12, 10 * 180.0 + 2 * 80.0)  # ready at this poll: not in its trend
+    assert starting_work(memory, 181.0, 180.0, 180.0, 14) == (2, 2 * 81.0)
+    # A scale-down since removed some of them: at most the current replicas start.
+    assert starting_work(memory, 30.0, 180.0, 180.0, 5) == (5, 150.0)
+    assert starting_work(ScalingMemory(), 30.0, 180.0, 180.0, 14) == (0, 0.0)
+
+
+def test_growth_the_replicas_still_starting_will_take_is_not_projected_as_backlog() -> None:
+    spec = make_spec(policy=SLOW_START)
+    # 100 waiting, growing 2/s: (100 + 2 x 180) / 13.5 = 34.07 replicas; less 300 replica-seconds at 1/12 a second
+    # (25 messages) that replicas still starting will take: 435 / 13.5 = 32.22.
+    assert raw_need(spec, 100, 2.0, 12) == pytest.approx(460 / 13.5)
+    assert raw_need(spec, 100, 2.0, 12, starting=300.0) == pytest.approx(435 / 13.5)
+    # Never below the count, and a count not growing is not projected at all.
+    assert raw_need(spec, 100, 2.0, 2, starting=100_000.0) == pytest.approx(100 / 13.5)
+    assert raw_need(spec, 100, -1.0, 2, starting=300.0) == pytest.approx(100 / 13.5)
+
+
+def test_a_long_start_up_does_not_ask_again_at_every_poll_for_growth_already_on_its_way() -> None:
+    # The count grows 2 messages a second (23.3 busy replicas' worth at 12 s each) from t=0. The replicas asked at
+    # the first polls take three minutes to start; until then the trend, measured without them, keeps saying +2/s.
+    # Projected over the start-up at every poll as if nobody were coming, it asked for ever more (35 -> 41 -> 46
+    # on the held-out slow-start's first burst); net of what the replicas on their way will take before then,
+    # the ask stops once they cover the growth.
+    # (1, 29, 29, 33, 38, 44, 49 before: a step every three or four polls.)
+    run = Run(make_spec(policy=SLOW_START), current=1, memory=ScalingMemory(last_scale_up=-600.0))
+    asked = [run.tick(t, 1 + 2 * t).desired for t in range(0, 180, 10)]
+    # At 10 s: 21 waiting and +2/s over the 180 s start-up, (21 + 360) / 13.5 = 28.2.
+    assert asked[1] == math.ceil((21 + 2 * 180) / 13.5) == 29
+    # Then it keeps them until they are ready: the growth is what the 28 replicas starting will take.
+    assert asked[1:] == [29] * (len(asked) - 1), asked
+    assert "(the trend less what 28 replicas still starting will take)" in run.decisions[-1].message
+
+
+def test_a_held_out_burst_behind_a_long_start_up_asks_no_more_while_its_replicas_start() -> None:
+    # Held-out holdout-slow-start (written before this change): 700 requests over 6 minutes on pods that take 3
+    # minutes to start, 12 s each. Before, the rule went 3 -> 51 replicas before the first one was ready, each
+    # poll projecting the +2/s trend over another start-up; net of what the replicas starting will take, it asks
+    # about 31 (the arrivals alone keep 23.3 busy) and still meets the 5-minute objective.
+    sc = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-slow-start")))
+    result = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", our_rule(sc), w, sc.start_epoch))],
+                      record_timeline=True)[0]
+    assert result.metrics.wait_p99 <= sc.slo_wait
+    first = 3000  # the first burst, 50 minutes in; its first replicas are ready three minutes later
+    starting = [p.desired for p in result.timeline if first <= p.t < first + 180]
+    assert starting and max(starting) <= 35, starting
 
 
 def test_startup_time_is_parsed_as_a_duration_and_checked() -> None:

@@ -140,7 +140,9 @@ def test_photo_mosaic_costs_less_with_its_bursts_readied_and_waits_no_longer() -
     # Its slices come every 7 and every 23 minutes; a cold start is 0.5 s too slow for the 30 s objective.
     readied = _photo_mosaic("ready")
     reacting = _photo_mosaic("ignore")
-    assert readied.worker_seconds <= 0.9 * reacting.worker_seconds
+    # 87,530 against 103,612 worker-seconds (0.84x) while every poll of a start-up asked again for the growth its
+    # replicas on their way would take; 86,181 against 90,473 (0.95x) since: reacting alone asks less meanwhile.
+    assert readied.worker_seconds <= 0.97 * reacting.worker_seconds
     assert readied.wait_p99 <= reacting.wait_p99
 
 
