@@ -50,6 +50,7 @@ from controller.model.rule import (
 from controller.model.textfmt import duration, plural
 from controller.throughput import (
     DRAIN_MESSAGES,
+    LEARNED_FLOOR,
     learn_from_wait,
     learn_throughput,
     stated_throughput,
@@ -530,7 +531,9 @@ def raw_need(
     start. In rate mode the growth was measured under the replicas that were ready, so what the replicas asked
     for and still starting will take before the lookahead ends (`starting`, replica-seconds of it, see
     `starting_work`) is not projected as backlog: otherwise every poll of a long start-up asks again for the
-    growth the replicas on their way will take. The projection never falls below the count. When
+    growth the replicas on their way will take. They have shown nothing of their speed yet, so they are counted at
+    LEARNED_FLOOR x the throughput, the slowest a statement is trusted to be wrong by (a serviceTime told half the
+    real one must still meet the objective). The projection never falls below the count. When
     messagesPerReplica is known (and always in rate mode), the approximate count's in-flight part (at most
     messagesPerReplica per current replica) keeps its replicas: the need never drops below the replicas that are
     busy, so a scale-in never counts on busy workers being idle.
@@ -539,7 +542,7 @@ def raw_need(
     growth = max(0.0, slope or 0.0)
     projected = count + growth * size.lookahead
     if growth > 0 and starting > 0 and size.throughput is not None:
-        projected = max(count, projected - size.throughput * starting)
+        projected = max(count, projected - LEARNED_FLOOR * size.throughput * starting)
     need = projected / size.target
     if size.per_replica is not None:
         need = max(need, kills.in_flight(count, current, size.per_replica) / size.per_replica)

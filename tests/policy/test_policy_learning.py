@@ -414,8 +414,9 @@ def test_a_burst_on_a_queue_that_answers_is_projected_while_another_fails() -> N
     # alone, 100 / 16 = 6.25: 7).
     assert (up.desired, up.reason) == (10, Reason.SCALED_UP)
     assert "count 100, trend +2.00/s needs 10.00 replicas" in up.message
-    # At 20 s the five asked at 10 s are still starting, ready at 40 s: they take 10 s x 0.5/s x 5 = 25 of the
-    # growth before the lookahead ends, (120 + 60 - 25) / 16 = 9.69, no more than the 10 asked, so the failed
-    # poll holds them ((120 + 60) / 16 = 11.25: 12, before they were counted).
+    # At 20 s the five asked at 10 s are still starting, ready at 40 s: they work 50 replica-seconds before the
+    # lookahead ends, counted at half the stated 0.5/s (docs/policy.md): 12.5 of the growth, (120 + 60 - 12.5) / 16
+    # = 10.47, within tolerance of the 10 asked, so the failed poll holds them ((120 + 60) / 16 = 11.25: 12, before
+    # they were counted).
     again = run.tick(20, None, 60)
     assert (again.desired, again.reason) == (10, Reason.POLL_FAILED)
