@@ -31,8 +31,9 @@ GOLDEN = {
     # down (World._take_share): its pods are killed on scale-in, and small scale-ins had stopped nothing. Changed
     # again that day: its rule keeps the account of what its scale-ins stop (controller/kills.py), which passes
     # its budget as the crowd declines. Changed on 2026-11-28: a release counts its own stops against that budget,
-    # and may stop at most an hour's budget.
-    "flash-crowd": "ff9a1adcf5ed80f29c5671bee9575e9f4a0e71b187c4fe838d1c6b002f5951d5",
+    # and may stop at most an hour's budget. Changed on 2026-11-28 again: in rate mode a growing count is projected
+    # over the start-up less what replicas still starting will take (policy.starting_work).
+    "flash-crowd": "98887fb02175500cf7b90410b5d11b036cebd999e07dbb3a002ecbe9147e9592",
     # Changed by issue 18: the default rule (targetWaitSeconds 1h, a 30 s cold start) now goes to zero after 30 s
     # inactive instead of 5 minutes (policy.scale_to_zero_delay); and its pods drain on scale-in, which the default
     # rule is now told (onScaleIn: drain), so capacity two polls found unneeded is released
