@@ -401,6 +401,24 @@ def apply(live: Obj | None, config: Obj, *, shape: Shape, manager: str, api_vers
     return merged
 
 
+def keep_times_of_a_no_op(old: Obj, new: Obj) -> None:
+    """fieldmanager/equality.go IgnoreManagedFieldsTimestampsTransformer: where a write leaves the object as it
+    was but for the times of its managedFields entries (the same entries, in the same order), the old times are
+    kept, so that a time is never the only change stored. A re-apply of the same manifest whose merge drops a
+    default (an atomic list's item written without it, defaulted again on the way in) is then a no-op, whether
+    or not the wall clock's second moved meanwhile."""
+    old_entries = old.get("metadata", {}).get("managedFields")
+    new_entries = new.get("metadata", {}).get("managedFields")
+    if not old_entries or not new_entries or len(old_entries) != len(new_entries):
+        return
+    timeless = [{**entry, "time": None} for entry in new_entries]
+    if timeless != [{**entry, "time": None} for entry in old_entries]:
+        return
+    kept = [{**entry, "time": was.get("time")} for entry, was in zip(new_entries, old_entries, strict=True)]
+    if {**new, "metadata": {**new["metadata"], "managedFields": kept}} == old:
+        new["metadata"]["managedFields"] = kept
+
+
 def record_update(old: Obj | None, new: Obj, *, shape: Shape, manager: str, api_version: str, subresource: str,
                   status_subresource: bool) -> None:
     """Give `manager` (an Update) the fields this write changed, taking them from their owners; forget removed

@@ -430,6 +430,7 @@ class Store:
             ssa.record_update(current, new, shape=shape_of(rt), manager=manager, api_version=rt.api_version,
                               subresource=through if through is not None else subresource,
                               status_subresource=rt.status_subresource)
+        ssa.keep_times_of_a_no_op(current, new)
         if new == current:
             # A no-op write does not change resourceVersion and sends no watch event, as in the real server.
             return self._present(rt, current)
