@@ -34,14 +34,17 @@ DRAIN_POLLS = 3
 # Messages a drain must clear before it teaches anything: a few completions more or less (service times vary)
 # would swing a small drain's rate by half.
 DRAIN_MESSAGES = 20.0
+# Completions and arrivals over a drain are counts of chance events: a shortfall within this many square roots of
+# what was completed is read as chance.
+CHANCE = 2.0
 # A drain is read only with a backlog behind every slot of at least this share of the drain time's worth: a count
 # that hovers just above the work in flight falls and rises with single completions and arrivals.
 BACKLOG_SHARE = 0.5
 
 
 def learn_throughput(
-    spec: QueueScalerSpec, count: float, current: int, memory: ScalingMemory, now: float, startup: float,
-    drain_time: float,
+    spec: QueueScalerSpec, count: float, slope: float | None, current: int, memory: ScalingMemory, now: float,
+    startup: float, drain_time: float,
 ) -> ScalingMemory:
     """The memory after this poll's count: where the current drain started, and the throughput drains showed.
 
@@ -49,11 +52,16 @@ def learn_throughput(
     backlog behind every slot (the count at least `messagesPerReplica` plus half the drain time's worth per
     replica), so that replicas complete `current x throughput` messages a second. The count's change is arrivals
     minus completions, so its fall since the drain started, per replica and second, is a lower bound of the real
-    throughput whatever arrived meanwhile. The learned throughput is the fastest such drain seen: a rule whose
-    serviceTime is too short (replicas slower than it says) never drains faster than the real rate, and sizing
-    from it keeps the objective. A drain counts once it spans DRAIN_POLLS polls and DRAIN_MESSAGES messages and
-    runs at INFORMATIVE_DRAIN x the stated throughput or more (a count falling slowly is arrivals going on, not
-    slow replicas); the sizing trusts it only within [LEARNED_FLOOR, LEARNED_CEILING] x the stated throughput.
+    throughput whatever arrived meanwhile. A drain counts once it spans DRAIN_POLLS polls and DRAIN_MESSAGES
+    messages. One at CONSISTENT_DRAIN x the statement or faster confirms it. A slower one proves slow replicas only
+    where the arrivals cannot explain it: at its start the memory keeps the most that could have been arriving then
+    (the trend plus what the replicas ready over the trend window complete at the stated speed), and the drain
+    teaches only if, with that many arriving all along, the replicas still completed less than CONSISTENT_DRAIN x
+    the statement by more than chance (CHANCE square roots of it); it is then learned at its bound, or at
+    INFORMATIVE_DRAIN x stated where the bound is looser. Under replicas unchanged for a trend window that never
+    happens: replicas at half speed with nothing arriving and at full speed with as many arriving fall alike. Once
+    a throughput is learned, any faster drain raises it. The sizing trusts it only within [LEARNED_FLOOR,
+    LEARNED_CEILING] x the stated throughput.
     """
     stated = learnable(spec, current)
     if stated is None:
@@ -69,12 +77,23 @@ def learn_throughput(
     start = memory.drain_from
     if start is None or start[0] < settled or count >= start[1] + DRAIN_MESSAGES:
         # A drain is measured from its peak: a count that rose since the drain started would hide its speed.
-        return replace(memory, drain_from=(now, count))
-    since, first = start
+        if slope is None:
+            return memory if start is None else replace(memory, drain_from=None)
+        window = spec.policy.trend_window
+        ready = _ready_seconds(memory, current, startup, now - window, now) / window
+        return replace(memory, drain_from=(now, count, max(0.0, slope + stated * ready)))
+    since, first, arrivals = start
     fallen = first - count
-    if now - since < DRAIN_POLLS * spec.polling_interval or fallen < DRAIN_MESSAGES:
+    seconds = now - since
+    if seconds < DRAIN_POLLS * spec.polling_interval or fallen < DRAIN_MESSAGES:
         return memory
-    return _remember_bound(spec, memory, stated, fallen / (current * (now - since)))
+    bound = fallen / (current * seconds)
+    if bound >= CONSISTENT_DRAIN * stated or memory.learned_throughput is not None:
+        return _remember_bound(spec, memory, stated, bound)  # confirms the statement, or raises what was learned
+    most = fallen + arrivals * seconds  # the most completed, if arrivals went on as before the drain
+    if most + CHANCE * math.sqrt(most) >= CONSISTENT_DRAIN * stated * current * seconds:
+        return memory  # the arrivals the count showed before the drain, or chance, may explain it
+    return _remember_bound(spec, memory, stated, max(bound, INFORMATIVE_DRAIN * stated))
 
 
 def learn_from_wait(

@@ -117,8 +117,9 @@ class ScalingMemory:
     learned_throughput: float | None = None
     # (source index, time, count): the last count of each source failing now, held in its place until it answers.
     last_known_counts: tuple[tuple[int, float, float], ...] = ()
-    # (time, count) where the current drain was first seen: every slot busy, replicas unchanged since.
-    drain_from: tuple[float, float] | None = None
+    # (time, count, arrivals) where the current drain was first seen (every slot busy, replicas unchanged since),
+    # and the most messages a second that could have been arriving then (controller/throughput.py).
+    drain_from: tuple[float, float, float] | None = None
     # (time, messages): the bursts seen, oldest first (a run of polls each rising by a replica's worth or more:
     # when it began, and by how much the count rose). Kept only where a cold start misses the objective.
     bursts: tuple[tuple[float, float], ...] = ()
@@ -181,7 +182,7 @@ class ScalingMemory:
                 last_known_counts=tuple(
                     (_whole(i), _number(t), _number(c)) for i, t, c in _rows(data.get("lastKnownCounts"), 3)
                 ),
-                drain_from=_pair(data.get("drainFrom")),
+                drain_from=_drain(data.get("drainFrom")),
                 bursts=tuple((_number(t), _number(n)) for t, n in _rows(data.get("bursts"), 2)),
                 in_flight_mean=_triple(data.get("inFlightMean")),
                 stopped=_pair(data.get("stopped")),
@@ -198,6 +199,14 @@ def _numbers(value: object, width: int) -> list[float] | None:
 def _pair(value: object) -> tuple[float, float] | None:
     row = _numbers(value, 2)
     return None if row is None else (row[0], row[1])
+
+
+def _drain(value: object) -> tuple[float, float, float] | None:
+    """A drain's start; one stored by an earlier version (time and count, without the arrivals) restarts."""
+    if isinstance(value, list) and len(value) == 2:
+        _numbers(value, 2)
+        return None
+    return _triple(value)
 
 
 def _triple(value: object) -> tuple[float, float, float] | None:
