@@ -443,8 +443,9 @@ def test_the_live_fidelity_scenario_learns_from_its_first_bursts_wait(monkeypatc
     # replicas become 6.
     assert (learning[74], learning[75]) == (4, 6)
     # The drain under those 4 replicas shows it too, a poll later and less sharply (4 become 5 at 80 s): the
-    # burst landed between two polls, a jump and not a rate the trend keeps, so the message a second arriving
-    # before it cannot explain a fall that slow.
+    # burst rose within two polls, which the trend's median reads mostly as a jump (1.8 a second at the drain's
+    # start at 60 s, not the burst's 15), so even with 2.5 a second arriving the 4 replicas completed at most 106
+    # in 20 s, short of the 128 that 0.8 x the statement completes by more than chance.
     monkeypatch.setattr(controller.throughput, "_wait_since_poll", lambda *_: None)
     drain_only = desired()
     assert (drain_only[75], drain_only[79], drain_only[80]) == (4, 4, 5)
