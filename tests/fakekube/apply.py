@@ -411,12 +411,11 @@ def keep_times_of_a_no_op(old: Obj, new: Obj) -> None:
     new_entries = new.get("metadata", {}).get("managedFields")
     if not old_entries or not new_entries or len(old_entries) != len(new_entries):
         return
-    timeless = [{**entry, "time": None} for entry in new_entries]
-    if timeless != [{**entry, "time": None} for entry in old_entries]:
+    if [{**entry, "time": None} for entry in new_entries] != [{**entry, "time": None} for entry in old_entries]:
         return
-    kept = [{**entry, "time": was.get("time")} for entry, was in zip(new_entries, old_entries, strict=True)]
-    if {**new, "metadata": {**new["metadata"], "managedFields": kept}} == old:
-        new["metadata"]["managedFields"] = kept
+    # The entries differ in their times only, so with the old ones the object is the old one, or changed elsewhere.
+    if {**new, "metadata": {**new["metadata"], "managedFields": old_entries}} == old:
+        new["metadata"]["managedFields"] = copy.deepcopy(old_entries)
 
 
 def record_update(old: Obj | None, new: Obj, *, shape: Shape, manager: str, api_version: str, subresource: str,
