@@ -187,7 +187,8 @@ def _wait_since_poll(
     what arrived between that poll and the front message (ahead of it, and taken too: the bound is lower than
     the truth by that much), so it is read only when even counting all of it, at most the count's rise to the
     next poll plus what the replicas could complete at the stated speed meanwhile, and every slot in flight, the
-    replicas were slower than CONSISTENT_DRAIN x the statement: arrivals the polls missed cannot explain it.
+    replicas were slower than CONSISTENT_DRAIN x the statement by more than chance (CHANCE square roots of it, as
+    for a drain): arrivals the polls missed cannot explain it, nor a run of long messages in a heavy tail.
     """
     per_slot = spec.policy.messages_per_replica or 1
     polls, befores = fronts
@@ -207,8 +208,11 @@ def _wait_since_poll(
     # Everything counted then was taken since; what is still in flight now (at most the slots of the replicas
     # there now) is not yet completed.
     completed = counted - per_slot * current
-    if completed < DRAIN_MESSAGES or seconds <= 0 or (counted + unseen) / seconds >= CONSISTENT_DRAIN * stated:
+    most = counted + unseen  # the most taken since, had every arrival the polls missed been ahead of the front
+    if completed < DRAIN_MESSAGES or seconds <= 0:
         return None
+    if most + CHANCE * math.sqrt(most) >= CONSISTENT_DRAIN * stated * seconds:
+        return None  # unseen arrivals, or chance, may explain it
     # Proven slower than the statement: a bound under INFORMATIVE_DRAIN is the unseen arrivals, not replicas at
     # a fifth of their speed, and what is trusted is at least LEARNED_FLOOR x stated either way.
     return max(completed / seconds, INFORMATIVE_DRAIN * stated)
