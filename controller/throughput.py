@@ -208,9 +208,9 @@ def _wait_since_poll(
     # Everything counted then was taken since; what is still in flight now (at most the slots of the replicas
     # there now) is not yet completed.
     completed = counted - per_slot * current
-    most = counted + unseen  # the most taken since, had every arrival the polls missed been ahead of the front
     if completed < DRAIN_MESSAGES or seconds <= 0:
         return None
+    most = counted + unseen  # the most taken since, had every arrival the polls missed been ahead of the front
     if most + CHANCE * math.sqrt(most) >= CONSISTENT_DRAIN * stated * seconds:
         return None  # unseen arrivals, or chance, may explain it
     # Proven slower than the statement: a bound under INFORMATIVE_DRAIN is the unseen arrivals, not replicas at
