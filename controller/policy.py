@@ -556,7 +556,7 @@ def starting_work(
     replica-seconds they will work by then: each scale-up's replicas are taken to be ready a start-up after it was
     asked (what the policy assumes everywhere), at most the `current` replicas in all (a scale-down since removed
     some of them)."""
-    due = [(e.time + startup, e.to_replicas - e.from_replicas) for e in memory.scale_events
+    due = [(e.time + startup, e.to_replicas - e.from_replicas) for e in memory.replica_events
            if e.to_replicas > e.from_replicas and now <= e.time + startup < now + lookahead]
     asked = sum(replicas for _, replicas in due)
     if not asked:
@@ -936,13 +936,17 @@ def _remember(
         first += 1
     periods = [p.period for d in (policy.scale_up, policy.scale_down) for p in d.policies]
     event_horizon = now - max([events_kept, *periods])
-    events = memory.scale_events
+    events, hands = memory.scale_events, memory.hand_scales
     if events and events[0].time <= event_horizon:
         events = tuple(e for e in events if e.time > event_horizon)
+    if hands and hands[0].time <= event_horizon:
+        hands = tuple(e for e in hands if e.time > event_horizon)
     kept = memory.recommendations if first == 0 and len(runs) == len(memory.recommendations) else tuple(runs[first:])
-    if kept is memory.recommendations and events is memory.scale_events and inactive_since == memory.inactive_since:
+    if (kept is memory.recommendations and events is memory.scale_events and hands is memory.hand_scales
+            and inactive_since == memory.inactive_since):
         return memory  # the usual tick: nothing to remember, nothing to allocate
-    return replace(memory, recommendations=kept, scale_events=events, inactive_since=inactive_since)
+    return replace(memory, recommendations=kept, scale_events=events, hand_scales=hands,
+                   inactive_since=inactive_since)
 
 
 def _window(runs: Sequence[Recommendation], now: float, window: float, pick: Callable[[list[int]], int]) -> int:

@@ -95,6 +95,7 @@ class Reconciler:
         self.target_refresh = target_refresh
         self._known: ScaleState | None = None  # the target's scale as last read or written
         self._known_at = 0.0
+        self._left: tuple[int, float] | None = None  # the replicas last read or written, and when
 
     @property
     def target(self) -> Target:
@@ -140,7 +141,7 @@ class Reconciler:
         state: ScaleState | None = None
         scaled: ScaleEvent | None = None
         target_error: TargetError | None = None
-        memory = self.memory
+        memory = seen = self.memory
         conflicts = 0
         trust_known = True
         while True:
@@ -153,9 +154,10 @@ class Reconciler:
                     target_error = exc
                     self._known = None
                     break
+                seen = memory = self._noticed(seen, state.replicas, now)
                 self._keep(state, now)
             decision = decide(
-                rule.spec, observation, self.history, state.replicas, self.memory, now, paused=rule.paused,
+                rule.spec, observation, self.history, state.replicas, seen, now, paused=rule.paused,
                 measured_startup=state.startup_seconds,
             )
             memory = decision.memory
@@ -196,6 +198,16 @@ class Reconciler:
     def forget_target_state(self) -> None:
         """Read the target on the next tick (say, after another replica led for a while)."""
         self._known = None
+        self._left = None  # what another leader did, its memory says
+
+    def _noticed(self, memory: ScalingMemory, replicas: int, now: float) -> ScalingMemory:
+        """The memory with a scale someone else made since the target was last read or written: a removal as of
+        then, an addition as of now, so that the replica-seconds the readings of drains and waits count are never
+        more than there were (docs/policy.md, *A wrong serviceTime*)."""
+        if self._left is None or self._left[0] == replicas:
+            return memory
+        was, then = self._left
+        return memory.with_hand_scale(then if replicas < was else now, was, replicas)
 
     def _known_state(self, now: float) -> ScaleState | None:
         if self._known is None or self._known.watched or now - self._known_at >= self.target_refresh:
@@ -204,6 +216,7 @@ class Reconciler:
 
     def _keep(self, state: ScaleState, now: float) -> None:
         self._known, self._known_at = state, now
+        self._left = (state.replicas, now)
 
     def _remember(self, observation: Observation) -> None:
         horizon = observation.time - self.rule.spec.policy.trend_window

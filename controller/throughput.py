@@ -221,7 +221,7 @@ def _wait_since_poll(
 def _replicas_at(memory: ScalingMemory, current: int, time: float) -> int:
     """The replicas asked for at `time`, before a scale made then: `current` less the scale events since."""
     replicas = current
-    for event in reversed(memory.scale_events):
+    for event in reversed(memory.replica_events):
         if event.time < time:
             break
         replicas = event.from_replicas
@@ -231,8 +231,10 @@ def _replicas_at(memory: ScalingMemory, current: int, time: float) -> int:
 def _ready_seconds(memory: ScalingMemory, current: int, startup: float, start: float, end: float) -> float:
     """Replica-seconds ready within [start, end], from the scale events (`current` after the last): a replica
     added is ready a start-up after its scale-up; a removal takes replicas still starting first, as a ReplicaSet
-    does, then ready ones. Before the first event kept, every replica counts as ready."""
-    events = memory.scale_events
+    does, then ready ones. Before the first event kept, every replica counts as ready. Scales made by someone else
+    count too, as the reconciler noticed them (a removal as of when it last saw the replicas, an addition as of
+    when it saw it: never more replica-seconds than there were)."""
+    events = memory.replica_events
     ready = float(events[0].from_replicas if events else current)
     starting: list[list[float]] = []  # [ready at, replicas], oldest first
     total = 0.0

@@ -127,6 +127,10 @@ class ScalingMemory:
     # (time, the messages the scale-ins stopped, exponentially weighted over the hour).
     in_flight_mean: tuple[float, float, float] | None = None
     stopped: tuple[float, float] | None = None
+    # Scales someone else made (`kubectl scale`, another controller) as the reconciler noticed them, oldest first.
+    # Only for counting the replicas that worked (controller/throughput.py); the step limits and cooldowns count
+    # the rule's own scales, as the HPA counts its own.
+    hand_scales: tuple[ScaleEvent, ...] = ()
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was really scaled (call only once the write succeeded)."""
@@ -136,6 +140,22 @@ class ScalingMemory:
         if to_replicas > from_replicas:
             return replace(self, scale_events=(*self.scale_events, event), last_scale_up=now)
         return replace(self, scale_events=(*self.scale_events, event), last_scale_down=now)
+
+    def with_hand_scale(self, time: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
+        """The memory after the target was seen scaled by someone else: a drain under way ends there."""
+        event = ScaleEvent(time, from_replicas, to_replicas)
+        return replace(self, hand_scales=(*self.hand_scales, event), drain_from=None)
+
+    @property
+    def replica_events(self) -> tuple[ScaleEvent, ...]:
+        """Every scale, the rule's and anyone else's, in time order: what the replicas were. At the same time, an
+        addition by hand comes before the rule's scale (it was seen at the read before the rule's write), a
+        removal by hand after it (it is dated back to the rule's last read or write)."""
+        if not self.hand_scales:
+            return self.scale_events
+        order = [(e.time, 1, e) for e in self.scale_events]
+        order += [(e.time, 0 if e.to_replicas > e.from_replicas else 2, e) for e in self.hand_scales]
+        return tuple(event for _, _, event in sorted(order, key=lambda row: row[:2]))
 
     @property
     def last_scale(self) -> float | None:
@@ -157,6 +177,7 @@ class ScalingMemory:
             "bursts": [[t, n] for t, n in self.bursts],
             "inFlightMean": None if self.in_flight_mean is None else list(self.in_flight_mean),
             "stopped": None if self.stopped is None else list(self.stopped),
+            "handScales": [[e.time, e.from_replicas, e.to_replicas] for e in self.hand_scales],
         }
 
     @classmethod
@@ -186,6 +207,9 @@ class ScalingMemory:
                 bursts=tuple((_number(t), _number(n)) for t, n in _rows(data.get("bursts"), 2)),
                 in_flight_mean=_triple(data.get("inFlightMean")),
                 stopped=_pair(data.get("stopped")),
+                hand_scales=tuple(
+                    ScaleEvent(_number(t), _whole(a), _whole(b)) for t, a, b in _rows(data.get("handScales"), 3)
+                ),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None

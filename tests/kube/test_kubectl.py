@@ -436,6 +436,11 @@ def test_kubectl_scale_of_the_target_is_noticed_by_the_operator(cluster: Cluster
     assert scaled.stdout == f"deployment.apps/{RULE} scaled\n"
     # 100 messages still wait: the operator sees the scale (and the ready pods) and brings the worker back.
     wait_for("the operator to restore 5 replicas", lambda: cluster.replicas() == 5, timeout=5)
+    # It remembers the scale as someone else's: counted for the replicas that worked, not as its own step.
+    memory = wait_for("the status memory to hold the hand scale", lambda: (
+        (m := (cluster.rule().get("status") or {}).get("memory") or {}).get("handScales") and m), timeout=5)
+    assert [row[1:] for row in memory["handScales"]] == [[5, 2]]
+    assert [row[1:] for row in memory["scaleEvents"]][-1] == [2, 5]
     status = wait_for("status to show 5 current", lambda: (s := cluster.rule().get("status") or {})
                       .get("currentReplicas") == 5 and s)
     assert status["desiredReplicas"] == 5

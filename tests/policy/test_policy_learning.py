@@ -292,6 +292,25 @@ def test_a_wait_while_replicas_are_still_added_teaches_the_throughput() -> None:
     assert "as drains and waits showed" in run.decisions[-1].message
 
 
+def test_replicas_removed_by_hand_are_not_counted_as_having_worked() -> None:
+    # The burst's first minute as above, but someone scaled the 20 replicas down to 5 by hand, and the reconciler
+    # last saw 20 at -40. Counted as 20 from -40, the 610 taken would be 1,000 replica-seconds' work, short of the
+    # 800 that 0.8 x stated takes: "slow replicas". Counted as the 5 there were, 10 x 10 + 10 x 10 (the added ones
+    # not yet ready) + 5 x 40 = 400: faster than stated, nothing to learn.
+    polls: list[tuple[float, int]] = [(-60, 610), (-50, 600), (-40, 600), (-30, 560), (-20, 500), (-10, 450)]
+    unknown = waited_since(polls, 400, 55, current=5)
+    assert unknown.memory.learned_throughput is not None  # the gap a scale the rule never saw leaves
+    by_hand = BURST_EVENTS.with_hand_scale(-40.0, 20, 5)
+    assert waited_since(polls, 400, 55, memory=by_hand, current=5).memory.learned_throughput is None
+
+
+def test_scales_by_hand_round_trip_through_status_and_leave_the_step_limits_alone() -> None:
+    memory = BURST_EVENTS.with_hand_scale(-40.0, 20, 5)
+    assert ScalingMemory.from_json(json.loads(json.dumps(memory.to_json()))) == memory
+    assert ScalingMemory.from_json({"scaleEvents": [[1.0, 1, 3]]}).hand_scales == ()  # stored before they were kept
+    assert memory.scale_events == BURST_EVENTS.scale_events and memory.last_scale == BURST_EVENTS.last_scale
+
+
 def test_a_wait_short_of_the_statement_by_chance_teaches_nothing() -> None:
     # (660 + 10 + 100) = 770 in 1,000 replica-seconds: 0.77 a second, short of 0.8 x stated, but within two square
     # roots (770 + 2 x 28 = 825): a run of long messages in a heavy tail waits as long.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field, replace
 
-from controller.model.readings import Reason, SourceReading
+from controller.model.readings import Reason, ScaleEvent, SourceReading
 from controller.net.slots import Slots
 from controller.reconciler import Reconciler
 from controller.targets.base import ScaleState, TargetConflict, TargetError
@@ -298,3 +298,40 @@ async def test_a_late_tick_decides_as_of_when_it_ran() -> None:
     clock.time = 1_003.0  # three seconds late (an overloaded process): that is when it decided
     result = await reconciler.tick(scheduled=1_000.0)
     assert result.time == 1_003.0 and result.lateness == 3.0
+
+
+RATE = {"targetWaitSeconds": 60, "serviceTime": "1s", "startupTime": "10s"}
+
+
+async def test_a_scale_by_someone_else_is_remembered_for_the_replicas_that_worked_not_for_the_step_limits() -> None:
+    # Rate mode, where the readings of drains and waits count the replicas that worked (a count-mode rule keeps
+    # scales only for its step limits' periods).
+    clock, target = VirtualClock(), MemoryTarget(replicas=1)
+    reconciler = Reconciler(rule(policy=RATE), [QueueSource([5])], target, clock, target_refresh=0)
+    await reconciler.tick()  # 5 messages: 1 replica, as there is
+    start = clock.time
+    clock.time += 10
+    target.replicas, target.version = 7, target.version + 1  # `kubectl scale --replicas=7`
+    result = await reconciler.tick()
+    # Added by hand: counted from when the rule saw them, never earlier (replica-seconds never overcounted).
+    assert result.memory.hand_scales == (ScaleEvent(start + 10, 1, 7),)
+    # Then scaled to what 5 messages ask for: 5, as each may be in flight on a replica there now.
+    assert result.scaled == ScaleEvent(start + 10, 7, 5)
+    assert result.memory.scale_events == (ScaleEvent(start + 10, 7, 5),)  # the step limits count the rule's own only
+    assert result.memory.last_scale_up is None
+    clock.time += 10
+    target.replicas, target.version = 0, target.version + 1
+    result = await reconciler.tick()
+    # Removed by hand: counted as gone since the rule last saw the replicas (10 s), not since it noticed.
+    assert result.memory.hand_scales[-1] == ScaleEvent(start + 10, 5, 0)
+    assert [(e.time - start, e.to_replicas) for e in result.memory.replica_events] == [(10, 7), (10, 5), (10, 0)]
+
+
+async def test_after_another_leader_the_rule_takes_its_memory_and_records_no_hand_scale() -> None:
+    clock, target = VirtualClock(), MemoryTarget(replicas=1)
+    reconciler = Reconciler(rule(policy=RATE), [QueueSource([5])], target, clock, target_refresh=0)
+    await reconciler.tick()
+    target.replicas, target.version = 4, target.version + 1  # the other leader's scale, in the memory it wrote
+    reconciler.forget_target_state()
+    clock.time += 10
+    assert (await reconciler.tick()).memory.hand_scales == ()
