@@ -191,9 +191,7 @@ class ScalingMemory:
                     Recommendation(_number(since), _whole(replicas))
                     for since, replicas in _rows(data.get("recommendations"), 2)
                 ),
-                scale_events=tuple(
-                    ScaleEvent(_number(t), _whole(a), _whole(b)) for t, a, b in _rows(data.get("scaleEvents"), 3)
-                ),
+                scale_events=_events(data.get("scaleEvents")),
                 last_scale_up=_time(data.get("lastScaleUp")),
                 last_scale_down=_time(data.get("lastScaleDown")),
                 inactive_since=_time(data.get("inactiveSince")),
@@ -207,12 +205,15 @@ class ScalingMemory:
                 bursts=tuple((_number(t), _number(n)) for t, n in _rows(data.get("bursts"), 2)),
                 in_flight_mean=_triple(data.get("inFlightMean")),
                 stopped=_pair(data.get("stopped")),
-                hand_scales=tuple(
-                    ScaleEvent(_number(t), _whole(a), _whole(b)) for t, a, b in _rows(data.get("handScales"), 3)
-                ),
+                hand_scales=_events(data.get("handScales")),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None
+
+
+def _events(value: object) -> tuple[ScaleEvent, ...]:
+    """Scale events stored as [[time, from, to], ...]."""
+    return tuple(ScaleEvent(_number(t), _whole(a), _whole(b)) for t, a, b in _rows(value, 3))
 
 
 def _numbers(value: object, width: int) -> list[float] | None:
