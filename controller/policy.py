@@ -39,6 +39,7 @@ from controller.model.readings import (
     Observation,
     Reason,
     Recommendation,
+    ScaleEvent,
     ScalingMemory,
 )
 from controller.model.rule import (
@@ -936,17 +937,20 @@ def _remember(
         first += 1
     periods = [p.period for d in (policy.scale_up, policy.scale_down) for p in d.policies]
     event_horizon = now - max([events_kept, *periods])
-    events, hands = memory.scale_events, memory.hand_scales
-    if events and events[0].time <= event_horizon:
-        events = tuple(e for e in events if e.time > event_horizon)
-    if hands and hands[0].time <= event_horizon:
-        hands = tuple(e for e in hands if e.time > event_horizon)
+    events, hands = _after(memory.scale_events, event_horizon), _after(memory.hand_scales, event_horizon)
     kept = memory.recommendations if first == 0 and len(runs) == len(memory.recommendations) else tuple(runs[first:])
     if (kept is memory.recommendations and events is memory.scale_events and hands is memory.hand_scales
             and inactive_since == memory.inactive_since):
         return memory  # the usual tick: nothing to remember, nothing to allocate
     return replace(memory, recommendations=kept, scale_events=events, hand_scales=hands,
                    inactive_since=inactive_since)
+
+
+def _after(events: tuple[ScaleEvent, ...], horizon: float) -> tuple[ScaleEvent, ...]:
+    """The events after `horizon`: the same tuple where none is older (the usual tick allocates nothing)."""
+    if events and events[0].time <= horizon:
+        return tuple(e for e in events if e.time > horizon)
+    return events
 
 
 def _window(runs: Sequence[Recommendation], now: float, window: float, pick: Callable[[list[int]], int]) -> int:

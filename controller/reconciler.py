@@ -95,7 +95,7 @@ class Reconciler:
         self.target_refresh = target_refresh
         self._known: ScaleState | None = None  # the target's scale as last read or written
         self._known_at = 0.0
-        self._left: tuple[int, float] | None = None  # the replicas last read or written, and when
+        self._left: int | None = None  # the replicas last read or written (at `_known_at`), kept through errors
 
     @property
     def target(self) -> Target:
@@ -204,10 +204,10 @@ class Reconciler:
         """The memory with a scale someone else made since the target was last read or written: a removal as of
         then, an addition as of now, so that the replica-seconds the readings of drains and waits count are never
         more than there were (docs/policy.md, *A wrong serviceTime*)."""
-        if self._left is None or self._left[0] == replicas:
+        was = self._left
+        if was is None or was == replicas:
             return memory
-        was, then = self._left
-        return memory.with_hand_scale(then if replicas < was else now, was, replicas)
+        return memory.with_hand_scale(self._known_at if replicas < was else now, was, replicas)
 
     def _known_state(self, now: float) -> ScaleState | None:
         if self._known is None or self._known.watched or now - self._known_at >= self.target_refresh:
@@ -215,8 +215,7 @@ class Reconciler:
         return self._known
 
     def _keep(self, state: ScaleState, now: float) -> None:
-        self._known, self._known_at = state, now
-        self._left = (state.replicas, now)
+        self._known, self._known_at, self._left = state, now, state.replicas
 
     def _remember(self, observation: Observation) -> None:
         horizon = observation.time - self.rule.spec.policy.trend_window
