@@ -54,6 +54,8 @@ from controller.throughput import (
     LEARNED_FLOOR,
     learn_from_wait,
     learn_throughput,
+    ready_seconds_above,
+    ready_steps,
     stated_throughput,
     trusted_throughput,
 )
@@ -554,16 +556,14 @@ def starting_work(
     memory: ScalingMemory, now: float, startup: float, lookahead: float, current: int
 ) -> tuple[int, float]:
     """The replicas asked for and still starting at this poll that will be ready before `lookahead` ends, and the
-    replica-seconds they will work by then: each scale-up's replicas are taken to be ready a start-up after it was
-    asked (what the policy assumes everywhere), at most the `current` replicas in all (a scale-down since removed
-    some of them)."""
-    due = [(e.time + startup, e.to_replicas - e.from_replicas) for e in memory.replica_events
-           if e.to_replicas > e.from_replicas and now <= e.time + startup < now + lookahead]
-    asked = sum(replicas for _, replicas in due)
-    if not asked:
-        return 0, 0.0
-    work = sum(replicas * (now + lookahead - ready) for ready, replicas in due)
-    return min(asked, current), work * min(1.0, current / asked)
+    replica-seconds they will work by then: the replicas ready over time (`ready_steps`: a scale-up's replicas
+    ready a start-up after it was asked, a scale-down taking replicas still starting first) beyond those ready
+    before this poll, whose work the trend already shows."""
+    steps = ready_steps(memory, current, startup)
+    end = now + lookahead
+    before = next(ready for at, ready in reversed(steps) if at < now)
+    by_end = next(ready for at, ready in reversed(steps) if at < end)
+    return max(0, round(by_end - before)), ready_seconds_above(steps, before, now, end)
 
 
 def decide(

@@ -228,30 +228,27 @@ def _replicas_at(memory: ScalingMemory, current: int, time: float) -> int:
     return replicas
 
 
-def _ready_seconds(memory: ScalingMemory, current: int, startup: float, start: float, end: float) -> float:
-    """Replica-seconds ready within [start, end], from the scale events (`current` after the last): a replica
-    added is ready a start-up after its scale-up; a removal takes replicas still starting first, as a ReplicaSet
-    does, then ready ones. Before the first event kept, every replica counts as ready. Scales made by someone else
-    count too, as the reconciler noticed them (a removal as of when it last saw the replicas, an addition as of
-    when it saw it: never more replica-seconds than there were)."""
+def ready_steps(memory: ScalingMemory, current: int, startup: float) -> list[tuple[float, float]]:
+    """The replicas ready over time, from the scale events (`current` after the last): steps (from, ready), oldest
+    first, the first from -inf. Before the first event kept, every replica counts as ready; a replica added is
+    ready a start-up after its scale-up (what the policy assumes everywhere); a removal takes replicas still
+    starting first, as a ReplicaSet does, then ready ones. Scales made by someone else count too, as the
+    reconciler noticed them (a removal as of when it last saw the replicas, an addition as of when it saw it:
+    never more replica-seconds than there were)."""
     events = memory.replica_events
     ready = float(events[0].from_replicas if events else current)
+    steps = [(-math.inf, ready)]
     starting: list[list[float]] = []  # [ready at, replicas], oldest first
-    total = 0.0
-    clock = min(start, events[0].time if events else start)
 
-    def advance(until: float) -> None:
-        nonlocal clock, ready, total
-        while True:
-            step = min(until, starting[0][0]) if starting else until
-            total += ready * max(0.0, min(step, end) - max(clock, start))
-            clock = max(clock, step)
-            if not starting or starting[0][0] > until:
-                return
-            ready += starting.pop(0)[1]
+    def become_ready(until: float) -> None:
+        nonlocal ready
+        while starting and starting[0][0] <= until:
+            at, replicas = starting.pop(0)
+            ready += replicas
+            steps.append((at, ready))
 
     for event in events:
-        advance(event.time)
+        become_ready(event.time)
         change = event.to_replicas - event.from_replicas
         if change > 0:
             starting.append([event.time + startup, float(change)])
@@ -263,9 +260,23 @@ def _ready_seconds(memory: ScalingMemory, current: int, startup: float, start: f
             removed -= taken
             if not starting[-1][1]:
                 starting.pop()
-        ready = max(0.0, ready - removed)
-    advance(end)
-    return total
+        if removed and ready:
+            ready = max(0.0, ready - removed)
+            steps.append((event.time, ready))
+    become_ready(math.inf)
+    return steps
+
+
+def ready_seconds_above(steps: Sequence[tuple[float, float]], base: float, start: float, end: float) -> float:
+    """Replica-seconds within [start, end) of the replicas `steps` (see `ready_steps`) has ready beyond `base`."""
+    ends = [*(at for at, _ in steps[1:]), math.inf]
+    return sum(max(0.0, ready - base) * max(0.0, min(until, end) - max(at, start))
+               for (at, ready), until in zip(steps, ends, strict=True))
+
+
+def _ready_seconds(memory: ScalingMemory, current: int, startup: float, start: float, end: float) -> float:
+    """Replica-seconds ready within [start, end], from the scale events (see `ready_steps`)."""
+    return ready_seconds_above(ready_steps(memory, current, startup), 0.0, start, end)
 
 
 def learnable(spec: QueueScalerSpec, current: int) -> float | None:

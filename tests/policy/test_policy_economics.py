@@ -70,8 +70,13 @@ def test_replicas_still_starting_are_counted_for_the_work_they_will_do_before_th
     assert starting_work(memory, 30.0, 180.0, 180.0, 14) == (10, 300.0)
     assert starting_work(memory, 180.0, 180.0, 180.0, 14) == (12, 10 * 180.0 + 2 * 80.0)  # ready at this poll: not in its trend
     assert starting_work(memory, 181.0, 180.0, 180.0, 14) == (2, 2 * 81.0)
-    # A scale-down since removed some of them: at most the current replicas start.
-    assert starting_work(memory, 30.0, 180.0, 180.0, 5) == (5, 150.0)
+    # A scale-down since (the rule's or by hand) takes replicas still starting first, as a ReplicaSet does: of 14
+    # with 2 ready, 9 removed at 120 s leave 3 of the ten asked at 0 (the two asked at 100 s go first), ready at
+    # 180 s. Counting the 5 left as starting in proportion to those asked would have them work 567 replica-seconds.
+    scaled_down = replace(memory, hand_scales=(ScaleEvent(120.0, 14, 5),))
+    assert starting_work(scaled_down, 130.0, 180.0, 180.0, 5) == (3, 3 * 130.0)
+    assert starting_work(replace(memory, scale_events=(*memory.scale_events, ScaleEvent(120.0, 14, 5))),
+                         130.0, 180.0, 180.0, 5) == (3, 3 * 130.0)
     assert starting_work(ScalingMemory(), 30.0, 180.0, 180.0, 14) == (0, 0.0)
 
 
