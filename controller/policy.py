@@ -527,6 +527,7 @@ def raw_need(
     *,
     learned_throughput: float | None = None,
     starting: float = 0.0,
+    busy: int | None = None,
 ) -> float:
     """Replicas the count asks for, unrounded, before tolerance and limits.
 
@@ -538,8 +539,9 @@ def raw_need(
     LEARNED_FLOOR x the throughput, the slowest a statement is trusted to be wrong by (a serviceTime told half the
     real one must still meet the objective). The projection never falls below the count. When
     messagesPerReplica is known (and always in rate mode), the approximate count's in-flight part (at most
-    messagesPerReplica per current replica) keeps its replicas: the need never drops below the replicas that are
-    busy, so a scale-in never counts on busy workers being idle.
+    messagesPerReplica per current replica, or per `busy` replica where the caller knows which will be busy, see
+    `busy_replicas`) keeps its replicas: the need never drops below the replicas that are busy, so a scale-in
+    never counts on busy workers being idle.
     """
     size = sizing(spec, measured_startup, learned_throughput=learned_throughput)
     growth = max(0.0, slope or 0.0)
@@ -548,7 +550,8 @@ def raw_need(
         projected = max(count, projected - LEARNED_FLOOR * size.throughput * starting)
     need = projected / size.target
     if size.per_replica is not None:
-        need = max(need, kills.in_flight(count, current, size.per_replica) / size.per_replica)
+        held = current if busy is None else busy
+        need = max(need, kills.in_flight(count, held, size.per_replica) / size.per_replica)
     return need
 
 
@@ -564,6 +567,35 @@ def starting_work(
     before = next(ready for at, ready in reversed(steps) if at < now)
     by_end = next(ready for at, ready in reversed(steps) if at < end)
     return max(0, round(by_end - before)), ready_seconds_above(steps, before, now, end)
+
+
+def busy_replicas(
+    memory: ScalingMemory, now: float, startup: float, count: float, current: int, per_replica: int,
+    throughput: float,
+) -> int:
+    """The replicas the count keeps busy, below which the need never drops: those ready now (`ready_steps`), and
+    those still starting for which messages counted now will still be waiting once they are ready, after the
+    ready replicas took what they can at `throughput` meanwhile (earlier replicas first).
+
+    A replica still starting holds no message, and a scale-in removes those first, as a ReplicaSet does: removing
+    one stops no work. Counted as busy whenever the count covered its slots, they were held after a burst of 12 s
+    jobs on pods three minutes to start, whose messages the ready replicas took long before any was ready. Not
+    counted at all, they were released between polls of a stream of 5-minute jobs whose messages wait for them
+    (holdout-long-jobs: four times the reversals)."""
+    steps = ready_steps(memory, current, startup)
+    ready = min(float(current), next(replicas for at, replicas in reversed(steps) if at <= now))
+    waiting = count - per_replica * ready
+    promised = 0.0
+    before = ready
+    for at, replicas in steps:
+        if at <= now:
+            continue
+        added, before = replicas - before, max(before, replicas)
+        if added <= 0:
+            continue
+        left = waiting - ready * throughput * (at - now) - per_replica * promised
+        promised += min(added, max(0.0, left) / per_replica)
+    return min(current, math.ceil(ready + promised - 1e-9))
 
 
 def decide(
@@ -684,7 +716,10 @@ def _on_count(
     startup = startup_time(spec, measured_startup)
     starting, work = (starting_work(memory, now, startup, size.lookahead, current)
                       if size.throughput is not None and (slope or 0.0) > 0 else (0, 0.0))
-    need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned, starting=work)
+    busy = (busy_replicas(memory, now, startup, count, current, size.per_replica or 1, size.throughput)
+            if size.throughput is not None else None)
+    need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned, starting=work,
+                    busy=busy)
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False

@@ -20,6 +20,7 @@ from controller.model.fields import SpecError
 from controller.model.readings import Reason, ScaleEvent, ScalingMemory
 from controller.model.rule import QueueScaler
 from controller.policy import (
+    busy_replicas,
     cold_start_condition,
     decide,
     raw_need,
@@ -78,6 +79,26 @@ def test_replicas_still_starting_are_counted_for_the_work_they_will_do_before_th
     assert starting_work(replace(memory, scale_events=(*memory.scale_events, ScaleEvent(120.0, 14, 5))),
                          130.0, 180.0, 180.0, 5) == (3, 3 * 130.0)
     assert starting_work(ScalingMemory(), 30.0, 180.0, 180.0, 14) == (0, 0.0)
+
+
+def test_a_replica_still_starting_is_held_as_busy_only_if_work_will_wait_for_it_once_ready() -> None:
+    # 20 ready and 10 asked at t=0, ready at 180 s; 40 counted at 30 s, one message a replica: 20 in flight, 20
+    # waiting. At 12 s a message the 20 ready take 250 before the ten are ready: none of them will find work
+    # waiting, and a scale-in takes replicas still starting first, so removing them stops nothing.
+    memory = ScalingMemory(scale_events=(ScaleEvent(0.0, 20, 30),))
+    assert busy_replicas(memory, 30.0, 180.0, 40, 30, 1, 1 / 12) == 20
+    # At 5 minutes a message (90 s to start, asked at 0, 60 s ago) the 20 ready take 2 of the 20 waiting first.
+    assert busy_replicas(memory, 60.0, 90.0, 40, 30, 1, 1 / 300) == 30
+    # Part of them: 25 counted, 5 waiting, of which the ready take 4 (at 150 s a message) in the 30 s left.
+    assert busy_replicas(memory, 60.0, 90.0, 25, 30, 1, 1 / 150) == 21
+    # Fewer messages than ready slots: those busy, as before.
+    assert busy_replicas(memory, 300.0, 90.0, 12, 30, 1, 1 / 12) == 30
+    spec = make_spec(policy=SLOW_START)
+    # The need then falls to what the count asks for (40 / 13.5), no longer held at the 30 replicas the count
+    # covered; held at the ready ones where the count fills their slots.
+    assert raw_need(spec, 40, 0.0, 30) == pytest.approx(30.0)
+    assert raw_need(spec, 40, 0.0, 30, busy=20) == pytest.approx(20.0)
+    assert raw_need(spec, 40, 0.0, 30, busy=2) == pytest.approx(40 / 13.5)
 
 
 def test_growth_the_replicas_still_starting_will_take_is_not_projected_as_backlog() -> None:

@@ -315,16 +315,17 @@ async def test_a_scale_by_someone_else_is_remembered_for_the_replicas_that_worke
     result = await reconciler.tick()
     # Added by hand: counted from when the rule saw them, never earlier (replica-seconds never overcounted).
     assert result.memory.hand_scales == (ScaleEvent(start + 10, 1, 7),)
-    # Then scaled to what 5 messages ask for: 5, as each may be in flight on a replica there now.
-    assert result.scaled == ScaleEvent(start + 10, 7, 5)
-    assert result.memory.scale_events == (ScaleEvent(start + 10, 7, 5),)  # the step limits count the rule's own only
+    # Then scaled to what 5 messages ask for: the six added are taken as still starting (they hold nothing yet),
+    # and the replica there before takes the 4 waiting within the 10 s they would take to start: 1.
+    assert result.scaled == ScaleEvent(start + 10, 7, 1)
+    assert result.memory.scale_events == (ScaleEvent(start + 10, 7, 1),)  # the step limits count the rule's own only
     assert result.memory.last_scale_up is None
     clock.time += 10
     target.replicas, target.version = 0, target.version + 1
     result = await reconciler.tick()
     # Removed by hand: counted as gone since the rule last saw the replicas (10 s), not since it noticed.
-    assert result.memory.hand_scales[-1] == ScaleEvent(start + 10, 5, 0)
-    assert [(e.time - start, e.to_replicas) for e in result.memory.replica_events] == [(10, 7), (10, 5), (10, 0)]
+    assert result.memory.hand_scales[-1] == ScaleEvent(start + 10, 1, 0)
+    assert [(e.time - start, e.to_replicas) for e in result.memory.replica_events] == [(10, 7), (10, 1), (10, 0)]
 
 
 async def test_after_another_leader_the_rule_takes_its_memory_and_records_no_hand_scale() -> None:
