@@ -4,6 +4,8 @@ sizing trusts of the two.
 Pure, like the policy that calls it (docs/policy.md, *A wrong serviceTime*): each poll's count and front messages
 may leave a lower bound of the replicas' real throughput in the memory; `trusted_throughput` bounds what is
 learned by the statement. `drain_time` is the sizing's (the policy's `sizing`): what a backlog may take to clear.
+The readings count the replica-seconds that worked from `ready_steps`, the one account of when replicas are ready,
+which the policy also reads for the replicas still starting.
 """
 
 from __future__ import annotations
