@@ -182,6 +182,28 @@ def condition(kube: FakeKube, name: str, kind: str) -> dict[str, Any]:
     return {}
 
 
+def writes_outside_the_lease(kube: FakeKube, lease: str = "queuescale-operator") -> tuple[list[str], list[str]]:
+    """The scale and status writes a replica made while the API server's lease named another holder (the last
+    lease write the server accepted before it came from someone else), and the lease's hand-overs, both as lines
+    to print. Judged by the server's record, not by who led when the test looked: under load the lease may
+    legitimately change hands twice (a slow renewal), and a write by whoever holds it then is correct. Writes
+    before the log's first lease write (the log keeps the last 5,000 requests) are not judged."""
+    holder: str | None = None
+    outside: list[str] = []
+    handovers: list[str] = []
+    for r in list(kube.requests):
+        line = f"{r.at:.3f} {r.user_agent} {r.method} {r.path} -> {r.status}"
+        if 200 <= r.status < 300 and ((r.method == "PUT" and r.path.endswith(f"/leases/{lease}"))
+                                      or (r.method == "POST" and r.path.endswith("/leases"))):
+            if r.user_agent != holder:
+                handovers.append(line)
+            holder = r.user_agent
+        elif (holder is not None and r.method in ("PUT", "PATCH", "POST")
+              and ("/scale" in r.path or "/status" in r.path) and r.user_agent != holder):
+            outside.append(line)
+    return outside, handovers
+
+
 def events(kube: FakeKube, name: str) -> list[dict[str, Any]]:
     return [e for e in kube.events(NS) if e["involvedObject"]["name"] == name]
 
