@@ -3,7 +3,10 @@
 Take the lease when it is empty, ours, or expired (not renewed for leaseDurationSeconds as observed by *our* clock:
 we never compare the other holder's timestamps with our clock); write with the resourceVersion read, so a 409
 means another replica won. Renew every retry period; when renewal has failed for longer than the renew deadline,
-stop leading at once. Release (empty holder) on shutdown so the next leader need not wait for expiry.
+stop leading at once. The renew deadline counts from when the winning write was *sent*, not from when its answer
+was read: the server may have stored it at any moment in between, and another replica's lease duration runs from
+when it saw that write, so an answer read late (a busy event loop, a slow network) must not stretch our lead.
+Release (empty holder) on shutdown so the next leader need not wait for expiry.
 """
 
 from __future__ import annotations
@@ -67,28 +70,32 @@ class LeaderElector:
         """Try to lead, and keep leading, until cancelled. Cancelling leaves the lease held: call `release()`
         once the work it guards has stopped."""
         while True:
-            # While leading, an API call may not outlast the renew deadline: a hung renewal must end leadership
-            # before another replica can see the lease expire.
-            budget = self.renew_deadline
-            if self.is_leader:
-                budget = max(0.05, self.renew_deadline - (self._monotonic() - self._last_renew))
-            try:
-                ok = await asyncio.wait_for(self._try_acquire_or_renew(), budget)
-            except TimeoutError:
-                ok = False
-            now = self._monotonic()
-            if ok:
-                self._last_renew = now
-                if not self.is_leader:
-                    self.is_leader = True
-                    self.transitions += 1
-                    log.info("became the leader (lease %s/%s, identity %s)", self.namespace, self.name,
-                             self.identity)
-                    if self.on_started:
-                        await self.on_started()
-            elif self.is_leader and now - self._last_renew > self.renew_deadline:
-                await self._lose("could not renew the lease within the renew deadline")
+            await self.step()
             await asyncio.sleep(self.retry_period)
+
+    async def step(self) -> None:
+        """One attempt to take or renew the lease, and what follows from it (leading begins or ends)."""
+        # While leading, an API call may not outlast the renew deadline: a hung renewal must end leadership
+        # before another replica can see the lease expire.
+        budget = self.renew_deadline
+        if self.is_leader:
+            budget = max(0.05, self.renew_deadline - (self._monotonic() - self._last_renew))
+        try:
+            sent = await asyncio.wait_for(self._try_acquire_or_renew(), budget)
+        except TimeoutError:
+            sent = None
+        now = self._monotonic()
+        if sent is not None:
+            self._last_renew = sent
+            if not self.is_leader:
+                self.is_leader = True
+                self.transitions += 1
+                log.info("became the leader (lease %s/%s, identity %s)", self.namespace, self.name,
+                         self.identity)
+                if self.on_started:
+                    await self.on_started()
+        elif self.is_leader and now - self._last_renew > self.renew_deadline:
+            await self._lose("could not renew the lease within the renew deadline")
 
     async def _lose(self, why: str) -> None:
         log.warning("stopped leading: %s", why)
@@ -96,7 +103,8 @@ class LeaderElector:
         if self.on_stopped:
             await self.on_stopped()
 
-    async def _try_acquire_or_renew(self) -> bool:
+    async def _try_acquire_or_renew(self) -> float | None:
+        """When (by our monotonic clock) the write that took or renewed the lease was sent; None: not ours."""
         path = lease_path(self.namespace, self.name)
         now_wall = self._wall()
         try:
@@ -104,7 +112,7 @@ class LeaderElector:
         except KubeError as exc:
             if exc.status != 404:
                 log.info("could not read the lease: %s %s", exc.status, exc.reason)
-                return False
+                return None
             return await self._create(now_wall)
         spec: dict[str, Any] = lease.get("spec") or {}
         holder = str(spec.get("holderIdentity") or "")
@@ -117,7 +125,7 @@ class LeaderElector:
         if held_by_other and self._observed_at + duration > now:
             if self.is_leader:
                 await self._lose(f"the lease is held by {holder}")
-            return False
+            return None
         transitions = int(spec.get("leaseTransitions") or 0)
         new_spec = {
             "holderIdentity": self.identity,
@@ -128,18 +136,19 @@ class LeaderElector:
         }
         body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": lease.get("metadata", {}),
                 "spec": new_spec}
+        sent = self._monotonic()
         try:
             updated = await self.api.request("PUT", path, body=body, timeout=self.renew_deadline / 2, limit="none")
         except KubeError as exc:
             if exc.status != 409:
                 log.info("could not write the lease: %s %s", exc.status, exc.reason)
-            return False
+            return None
         updated_spec = updated.get("spec") or {}
         self._observed = (self.identity, str(updated_spec.get("renewTime") or ""))
         self._observed_at = self._monotonic()
-        return True
+        return sent
 
-    async def _create(self, now_wall: float) -> bool:
+    async def _create(self, now_wall: float) -> float | None:
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
@@ -152,14 +161,15 @@ class LeaderElector:
                 "leaseTransitions": 0,
             },
         }
+        sent = self._monotonic()
         try:
             await self.api.request("POST", lease_path(self.namespace), body=body, timeout=self.renew_deadline / 2,
                                    limit="none")
         except KubeError as exc:
             if exc.status != 409:
                 log.info("could not create the lease: %s %s", exc.status, exc.reason)
-            return False
-        return True
+            return None
+        return sent
 
     async def release(self) -> None:
         """Give the lease up (empty holder) if we hold it, so another replica can take it at once."""
