@@ -161,6 +161,7 @@ class FakeKube:
         # them is held (e.g. change an object between a client's read and its delayed write). Last 5,000.
         self.arrived: list[tuple[str, str]] = []
         self._watch_epoch = 0
+        self.open_watches = 0  # watch streams now open: a drop_watches() ends each of them
         self._graceful_drop = False
         self._stopping = threading.Event()
         self.certificate = tls.serving_certificate()
@@ -345,64 +346,70 @@ class FakeKube:
                     cursor = int(requested)
                 except ValueError:
                     raise bad_request(f'invalid resource version "{requested}"') from None
-        handler.start_chunked()
-        if requested not in ("", "0") and cursor < store.compacted:
-            handler.send_chunk(_expired(cursor, store.compacted))
-            handler.end_chunked()
-            return
-        for added in initial:
-            if not handler.send_chunk(as_table(added)):
+        with store.lock:
+            self.open_watches += 1  # counted once its epoch is taken: a drop from now on ends it
+        try:
+            handler.start_chunked()
+            if requested not in ("", "0") and cursor < store.compacted:
+                handler.send_chunk(_expired(cursor, store.compacted))
+                handler.end_chunked()
                 return
-        next_bookmark = time.monotonic() + self.bookmark_interval
-        while True:
-            to_send: list[Obj] = []
-            with store.lock:
-                while True:
-                    if self._stopping.is_set():
-                        handler.close_connection = True
-                        handler.end_chunked()
-                        return
-                    if self._watch_epoch != epoch:
-                        if self._graceful_drop:
-                            handler.end_chunked()
-                        handler.close_connection = True
-                        return
-                    if cursor < store.compacted:
-                        # The watch fell behind the retained window: the real server ends it with 410.
-                        handler.send_chunk(_expired(cursor, store.compacted))
-                        handler.end_chunked()
-                        return
-                    now = time.monotonic()
-                    if deadline is not None and now >= deadline:
-                        handler.end_chunked()
-                        return
-                    events = [e for e in store.events_after(cursor) if e.key == rt.key]
-                    for event in events:
-                        shown = _filtered(event, in_scope, rt)
-                        if shown is not None:
-                            to_send.append(shown)
-                    cursor = store.revision
-                    if to_send:
-                        break
-                    if not _still_served(store, rt):
-                        # Its CRD is gone: the real server closes the watch once the DELETED events are out.
-                        handler.end_chunked()
-                        return
-                    if bookmarks and now >= next_bookmark:
-                        to_send.append({"type": "BOOKMARK", "object": {
-                            "kind": rt.kind, "apiVersion": rt.api_version,
-                            "metadata": {"resourceVersion": str(cursor)}}})
-                        next_bookmark = now + self.bookmark_interval
-                        break
-                    wait = 0.25
-                    if deadline is not None:
-                        wait = min(wait, max(0.0, deadline - now))
-                    if bookmarks:
-                        wait = min(wait, max(0.0, next_bookmark - now))
-                    store.changed.wait(wait)
-            for outgoing in to_send:
-                if not handler.send_chunk(as_table(outgoing)):
+            for added in initial:
+                if not handler.send_chunk(as_table(added)):
                     return
+            next_bookmark = time.monotonic() + self.bookmark_interval
+            while True:
+                to_send: list[Obj] = []
+                with store.lock:
+                    while True:
+                        if self._stopping.is_set():
+                            handler.close_connection = True
+                            handler.end_chunked()
+                            return
+                        if self._watch_epoch != epoch:
+                            if self._graceful_drop:
+                                handler.end_chunked()
+                            handler.close_connection = True
+                            return
+                        if cursor < store.compacted:
+                            # The watch fell behind the retained window: the real server ends it with 410.
+                            handler.send_chunk(_expired(cursor, store.compacted))
+                            handler.end_chunked()
+                            return
+                        now = time.monotonic()
+                        if deadline is not None and now >= deadline:
+                            handler.end_chunked()
+                            return
+                        events = [e for e in store.events_after(cursor) if e.key == rt.key]
+                        for event in events:
+                            shown = _filtered(event, in_scope, rt)
+                            if shown is not None:
+                                to_send.append(shown)
+                        cursor = store.revision
+                        if to_send:
+                            break
+                        if not _still_served(store, rt):
+                            # Its CRD is gone: the real server closes the watch once the DELETED events are out.
+                            handler.end_chunked()
+                            return
+                        if bookmarks and now >= next_bookmark:
+                            to_send.append({"type": "BOOKMARK", "object": {
+                                "kind": rt.kind, "apiVersion": rt.api_version,
+                                "metadata": {"resourceVersion": str(cursor)}}})
+                            next_bookmark = now + self.bookmark_interval
+                            break
+                        wait = 0.25
+                        if deadline is not None:
+                            wait = min(wait, max(0.0, deadline - now))
+                        if bookmarks:
+                            wait = min(wait, max(0.0, next_bookmark - now))
+                        store.changed.wait(wait)
+                for outgoing in to_send:
+                    if not handler.send_chunk(as_table(outgoing)):
+                        return
+        finally:
+            with store.lock:
+                self.open_watches -= 1
 
 
 def _parse_bool(value: str | None) -> bool:

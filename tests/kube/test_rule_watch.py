@@ -276,6 +276,9 @@ async def test_throttled_or_unreachable_watches_resume_from_their_version_and_er
     caplog.set_level(logging.INFO)
     running = watching()
     await until("the first sync", lambda: running.handler.calls["sync"] == 1)
+    # The watch after the list must be open before it is broken off: under load it may not be yet, and then
+    # its first request meets the 429s instead (no Disconnected).
+    await until("the watch to be open", lambda: fake_kube.open_watches >= 1)
     fake_kube.add_fault(path=r"watch=", method="GET", status=429, retry_after=1, times=2)
     fake_kube.drop_watches()  # abruptly: the stream breaks off
     create(api, rule("a"))
