@@ -88,8 +88,11 @@ class RuleReporter:
         return state
 
     async def invalid(self, name: str, generation: int, errors: Sequence[FieldError]) -> None:
-        """The rule is not valid: Ready=False with every field error, and a Warning event."""
+        """The rule is not valid: Ready=False with every field error, and a Warning event. Neither from a replica
+        that may not write now (a leader whose lease went stale while it was frozen): the event is a write too."""
         reporting, state = self.reporting, self.state
+        if not reporting.may_write():
+            return
         now = reporting.now()
         await reporting.write_status(state, invalid_status(name, generation, errors, state.last_status, now), now)
         message = "; ".join(str(e) for e in errors)

@@ -8,6 +8,7 @@ from typing import Any
 
 from controller.kube.errors import KubeError
 from controller.kube.events import EventRecorder, ObjectRef
+from controller.model.fields import FieldError
 from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler
 from controller.operator.options import OperatorOptions
 from controller.operator.runner import Operator
@@ -164,6 +165,36 @@ async def test_a_reporter_knows_only_the_reporting_it_is_given() -> None:
     clock.time += 10
     await reconciler.tick()
     assert len(submitted) == 1 and len(sent) == 1 and first_ticks == ["ns/r"]
+
+
+async def test_an_invalid_rule_is_reported_only_by_a_replica_that_may_write_its_event_included() -> None:
+    """The status write checks the lease itself; the Warning event after it went out regardless, so a leader woken
+    from a freeze (still `leading`, its lease stale) wrote InvalidSpec events next to the new leader."""
+    clock, sent = VirtualClock(), []
+    written: list[Status] = []
+    may_write = [False]
+
+    async def send(namespace: str, body: dict[str, Any]) -> None:
+        sent.append((namespace, body["reason"]))
+
+    async def write(state: ReportedRule, status: Status, now: float) -> bool:
+        if not may_write[0]:
+            return False  # as the operator's own write does
+        written.append(status)
+        return True
+
+    reporting = Reporting(
+        metrics=Metrics(), events=EventRecorder(send, "test"), pacing=Pacing(), now=clock.now,
+        may_write=lambda: may_write[0], submit_status=lambda *_: None, write_status=write, rule_count=lambda: 1,
+        first_tick=lambda _: None, invalidate_secrets=lambda _: None)
+    state = Reported()
+    reporter = RuleReporter(reporting, state)
+    errors = [FieldError("spec.pollingInterval", "must be at least 1s")]
+    await reporter.invalid("r", 3, errors)
+    assert written == [] and sent == []
+    may_write[0] = True
+    await reporter.invalid("r", 3, errors)
+    assert len(written) == 1 and sent == [("ns", "InvalidSpec")]
 
 
 async def test_the_oldest_waiting_messages_age_is_exported_when_the_source_says_it() -> None:
