@@ -72,10 +72,11 @@ def test_a_frozen_leader_is_replaced_within_the_lease_and_never_writes_after_the
         took_over = time.monotonic() - frozen
         new_holder = kube.get("coordination.k8s.io/v1", "Lease", "queuescale-operator", NS)["spec"]["holderIdentity"]
         assert new_holder != holder
+        # The counts change just before the wake-up: the old leader's overdue ticks then find something to scale
+        # at once, before the new leader's next poll does, and must not write it.
+        queues.set(counts=dict.fromkeys(names, 30))
     finally:
         leader.process.send_signal(signal.SIGCONT)
-    # Woken up, the old leader must notice it lost the lease before it writes anything.
-    queues.set(counts=dict.fromkeys(names, 30))
     wait_for("every rule at 3 after the wake-up", lambda: all(replicas(kube, n) == 3 for n in names), timeout=20)
     time.sleep(2.0)
     # Every write came from the replica the server's lease named at that moment: woken, the old leader wrote
