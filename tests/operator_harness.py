@@ -183,7 +183,7 @@ def condition(kube: FakeKube, name: str, kind: str) -> dict[str, Any]:
 
 
 def writes_outside_the_lease(kube: FakeKube, lease: str = "queuescale-operator") -> tuple[list[str], list[str]]:
-    """The scale and status writes a replica made while the API server's lease named another holder (the last
+    """The scale, status and event writes a replica made while the API server's lease named another holder (the last
     lease write the server accepted before it came from someone else), and the lease's hand-overs, both as lines
     to print. Judged by the server's record, not by who led when the test looked: under load the lease may
     legitimately change hands twice (a slow renewal), and a write by whoever holds it then is correct. Writes
@@ -199,7 +199,8 @@ def writes_outside_the_lease(kube: FakeKube, lease: str = "queuescale-operator")
                 handovers.append(line)
             holder = r.user_agent
         elif (holder is not None and r.method in ("PUT", "PATCH", "POST")
-              and ("/scale" in r.path or "/status" in r.path) and r.user_agent != holder):
+              and ("/scale" in r.path or "/status" in r.path or r.path.endswith("/events"))
+              and r.user_agent != holder):
             outside.append(line)
     return outside, handovers
 
