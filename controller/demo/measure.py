@@ -96,7 +96,8 @@ def _overlap(start: float, end: float, window_start: float, window_end: float) -
 
 
 def oldest_ages(record: LiveRecord) -> list[float]:
-    """For each second t of the run, the age at t + 0.5 of the oldest visible message (0 when none is visible)."""
+    """For each second t of the run, the age at t + 0.5 of the oldest visible message (0 when none is visible),
+    counted from when it was due (sent, plus the initial delay it was sent with), as the simulator counts it."""
     steps = math.ceil(record.duration)
     oldest = [0.0] * steps
     end = record.start + record.duration
@@ -125,7 +126,7 @@ def oldest_ages(record: LiveRecord) -> list[float]:
             first = max(0, math.ceil(begin - record.start - 0.5))
             last = min(steps, math.ceil(until - record.start - 0.5))
             for t in range(first, last):
-                age = t + 0.5 - (message.sent - record.start)
+                age = t + 0.5 - (message.sent + message.delay - record.start)
                 if age > oldest[t]:
                     oldest[t] = age
     return oldest
@@ -138,8 +139,8 @@ def measure(record: LiveRecord, scenario: Scenario, plan: ArrivalPlan) -> Metric
     worker_seconds = sum(_overlap(p.started, p.stopped if p.stopped is not None else end, start, end)
                          for p in record.processes)
     deliveries = [d for d in record.deliveries if start <= d.received < end]
-    sent_at = {m.message: m.sent for m in record.sent}
-    waits = sorted(max(0.0, d.received - sent_at[d.message]) for d in deliveries if d.message in sent_at)
+    due_at = {m.message: m.sent + m.delay for m in record.sent}  # a scheduled message waits once it is due
+    waits = sorted(max(0.0, d.received - due_at[d.message]) for d in deliveries if d.message in due_at)
     busy = 0.0
     for d in deliveries:
         until = d.ended if d.ended is not None else pids_stopped.get(d.pid) or end

@@ -8,7 +8,10 @@ the same for 1 message or 10,000. Azure semantics kept:
   and is delivered again (the first worker's delete then fails), and so does one whose worker was killed (at
   once when the worker released it as it stopped: `scaleIn: release`);
 - a message expires `ttl` after it was put, unless it is being processed;
-- every delivery after the first is a duplicate (dequeue count > 1).
+- every delivery after the first is a duplicate (dequeue count > 1);
+- a message's wait counts from when it was due: its put, or the end of the initial visibility delay it was put
+  with (a scheduled message is not waiting while it is scheduled). Peek Messages still shows its InsertionTime,
+  so the age a source reads (`front_age`) counts from the put.
 
 Service times come from a table of equally likely values; a step dequeues at most `GROUPS` groups of messages,
 each group sharing one drawn service time from its own stratum of the distribution. Service times a live run
@@ -38,17 +41,19 @@ VISIBLE = 1
 class Cohort:
     """Messages put in the same second with the same delivery count; `count` is how many are still queued."""
 
-    __slots__ = ("count", "deliveries", "enqueued", "expires", "state")
+    __slots__ = ("count", "deliveries", "due", "enqueued", "expires", "state")
 
-    def __init__(self, enqueued: int, count: int, deliveries: int, expires: float, state: int) -> None:
+    def __init__(self, enqueued: int, count: int, deliveries: int, expires: float, state: int,
+                 due: int | None = None) -> None:
         self.enqueued = enqueued
+        self.due = enqueued if due is None else due  # when it could first be taken: waits count from here
         self.count = count
         self.deliveries = deliveries
         self.expires = expires
         self.state = state
 
 
-# An in-flight group: [count, dequeued_at, enqueued, delivery number, deletes on completion]
+# An in-flight group: [count, dequeued_at, enqueued, delivery number, deletes on completion, due]
 InFlight = list[int]
 
 
@@ -239,7 +244,7 @@ class World:
                 carry = exact - n
                 if n:
                     group[0] -= n
-                    taken.setdefault(step, []).append([n, group[1], group[2], group[3], group[4]])
+                    taken.setdefault(step, []).append([n, *group[1:]])
         for step in [s for s, groups in self.in_flight.items() if all(g[0] == 0 for g in groups)]:
             del self.in_flight[step]
         moved = sum(g[0] for groups in taken.values() for g in groups)
@@ -268,16 +273,17 @@ class World:
         `released`: the worker made them visible again as it stopped (Update Message, visibilitytimeout=0), so
         they reappear at once; the work done on them is lost all the same."""
         for step, groups in buckets.items():
-            for n, dequeued, enqueued, delivery, deletes in groups:
+            for n, dequeued, enqueued, delivery, deletes, due in groups:
                 self.tally.busy_slot_seconds -= n * max(0, step - t)
                 if not deletes:
                     continue  # a copy is already queued: its visibility ran out during processing
                 self.in_flight_counted -= n
-                self._requeue(enqueued, n, delivery, t if released else max(t, dequeued + self.visibility_timeout))
+                self._requeue(enqueued, n, delivery, t if released else max(t, dequeued + self.visibility_timeout),
+                              due)
 
-    def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int) -> None:
+    def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int, due: int) -> None:
         expires = enqueued + self.ttl if self.ttl is not None else math.inf
-        cohort = Cohort(enqueued, n, deliveries, expires, PENDING)
+        cohort = Cohort(enqueued, n, deliveries, expires, PENDING, due)
         self.sequence += 1
         heapq.heappush(self.pending, (visible_at, self.sequence, cohort))
         self.pending_count += n
@@ -292,7 +298,7 @@ class World:
         self.tally.arrived += n
         expires = t + self.ttl if self.ttl is not None else math.inf
         if delay > 0:
-            cohort = Cohort(t, n, 0, expires, PENDING)
+            cohort = Cohort(t, n, 0, expires, PENDING, t + delay)
             self.sequence += 1
             heapq.heappush(self.pending, (t + delay, self.sequence, cohort))
             self.pending_count += n
@@ -358,7 +364,7 @@ class World:
             visible = self.visible
             while not visible[0].count:
                 visible.popleft()
-            age = t - visible[0].enqueued
+            age = t - visible[0].due
             if age > tally.oldest_age_max:
                 tally.oldest_age_max = age
             if age > self.slo_wait:
@@ -372,13 +378,14 @@ class World:
         return None
 
     def oldest_age(self, t: int) -> int | None:
-        """Seconds since the oldest visible message was put; None when none is visible."""
+        """Seconds since the oldest visible message was due (put, or its initial delay over); None when none is
+        visible."""
         if not self.visible_count:
             return None
         visible = self.visible
         while not visible[0].count:
             visible.popleft()
-        return t - visible[0].enqueued
+        return t - visible[0].due
 
     def front_age(self, t: int) -> float | None:
         """What Peek Messages tells of the front message: seconds since it was put; 0 when none is visible; None
@@ -431,7 +438,7 @@ class World:
             while not visible[0].count:
                 visible.popleft()
             head = visible[0]
-            enqueued, delivery = head.enqueued, head.deliveries + 1
+            enqueued, delivery, due = head.enqueued, head.deliveries + 1, head.due
             while left:
                 cohort = visible[0]
                 k = cohort.count
@@ -439,7 +446,7 @@ class World:
                     k = left
                 cohort.count -= k
                 left -= k
-                wait = t - cohort.enqueued
+                wait = t - cohort.due
                 histogram[wait] = histogram.get(wait, 0) + k
                 if cohort.deliveries:
                     tally.duplicates += k
@@ -476,13 +483,13 @@ class World:
                 elif s > vt:
                     # Processing outlasts the visibility timeout: the message reappears meanwhile and is
                     # delivered again; this delivery's delete will fail.
-                    self._requeue(enqueued, m, delivery, t + vt)
-                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, 0])
+                    self._requeue(enqueued, m, delivery, t + vt, due)
+                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, 0, due])
                 else:
                     by_steps[steps] = by_steps.get(steps, 0) + m
             for steps, m in by_steps.items():
                 counted += m
-                entry = [m, t, enqueued, delivery, 1]
+                entry = [m, t, enqueued, delivery, 1, due]
                 bucket = buckets.get(t + steps)
                 if bucket is None:
                     buckets[t + steps] = [entry]

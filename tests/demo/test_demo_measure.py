@@ -142,10 +142,12 @@ def test_work_that_outlasts_the_visibility_timeout_leaves_its_message_visible_on
     assert ages[15:] == [0.0] * 45
 
 
-def test_a_delayed_message_is_not_visible_before_its_delay() -> None:
+def test_a_delayed_message_is_not_visible_before_its_delay_and_ages_from_when_it_is_due() -> None:
+    # A message sent with an initial visibility delay is scheduled, not waiting: its age counts from T0 + 6, as the
+    # simulator's does (its InsertionTime is still T0 + 1: that is what Peek Messages shows a source).
     ages = oldest_ages(record(sent=(SentMessage(0, T0 + 1, delay=5.0),)))
     assert ages[:6] == [0.0] * 6
-    assert ages[6] == 5.5
+    assert ages[6] == 0.5 and ages[9] == 3.5
 
 
 def test_burst_reactions_use_the_ready_samples_as_the_simulator_uses_its_ready_pods() -> None:

@@ -105,6 +105,33 @@ def test_approximate_count_includes_delayed_and_in_flight_messages() -> None:
     assert world.approximate_count == 8
 
 
+def test_a_scheduled_message_waits_from_when_it_is_due_but_peek_shows_its_put() -> None:
+    # Put at 0 with a 50 s initial visibility delay, taken by the pod ready at 5 as soon as it is due (50): it
+    # waited 0 s. Killed at 60, it reappears at 80 (taken at 50, the visibility timeout 30 s) and its second
+    # delivery, at 96, waited 46 s from 50, not 96 s from its put. What a source peeks (InsertionTime) still counts from the put.
+    workers = Workers(startup_delay=5, service_time=ServiceTime("constant", 100.0), concurrency=1, scale_in="kill")
+    world = World(QueueParams(visibility_timeout=30), workers, workers.service_time.table(16), seed=1)
+    world.set_desired(1, 0)
+    world.put(0, 1, delay=50)
+    for t in range(60):
+        world.step(t)
+    assert world.tally.wait_histogram == {0: 1}
+    world.set_desired(0, 60)
+    for t in range(60, 91):
+        world.step(t)
+    assert world.visible_count == 1 and world.front_age(90) is None  # delivered before: a worker's time, no wait
+    assert world.oldest_age(90) == 40
+    world.set_desired(1, 91)
+    for t in range(91, 100):
+        world.step(t)
+    assert world.tally.wait_histogram == {0: 1, 46: 1}  # taken at 96, when the pod asked for at 91 is ready
+    fresh = _world(visibility_timeout=30)
+    fresh.put(0, 1, delay=50)
+    for t in range(55):
+        fresh.step(t)
+    assert fresh.front_age(54) == 54.0 and fresh.oldest_age(54) == 4
+
+
 def test_processing_longer_than_the_visibility_timeout_delivers_twice() -> None:
     world = _world(visibility_timeout=30)
     world.set_desired(1, 0)
