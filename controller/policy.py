@@ -634,7 +634,9 @@ def decide(
     startup = startup_time(spec, measured_startup)
     stated = sizing(spec)  # messagesPerReplica and drainTime depend on the rule only
     drain_time = stated.drain_time or 0.0
-    memory = learn_throughput(spec, count, slope, current, memory, now, startup, drain_time)
+    nothing_visible = bool(observation.readings) and all(r.oldest_age == 0.0 for r in observation.readings)
+    memory = learn_throughput(spec, count, slope, current, memory, now, startup, drain_time,
+                              nothing_visible=nothing_visible)
     memory = learn_from_wait(spec, observation, history, count, slope, current, memory, now, startup, drain_time)
     memory = remember_burst(spec, count, history, memory, now, measured_startup)
     memory = kills.remember_in_flight(spec, count, current, stated.per_replica, memory, now)

@@ -46,7 +46,7 @@ BACKLOG_SHARE = 0.5
 
 def learn_throughput(
     spec: QueueScalerSpec, count: float, slope: float | None, current: int, memory: ScalingMemory, now: float,
-    startup: float, drain_time: float,
+    startup: float, drain_time: float, *, nothing_visible: bool = False,
 ) -> ScalingMemory:
     """The memory after this poll's count: where the current drain started, and the throughput drains showed.
 
@@ -64,6 +64,12 @@ def learn_throughput(
     happens: replicas at half speed with nothing arriving and at full speed with as many arriving fall alike. Once
     a throughput is learned, any faster drain raises it. The sizing trusts it only within [LEARNED_FLOOR,
     LEARNED_CEILING] x the stated throughput.
+
+    `nothing_visible`: every source peeked and found no message to take, so the count is all in flight or
+    invisible (scheduled, or hidden by a worker): whatever it holds, no backlog waits behind the slots, and the
+    stretch is no drain. Counted as one, the retries a queue schedules minutes ahead, which the approximate count
+    holds and no replica can take yet, made a wave's capacity look half as fast as stated (holdout-scheduled-
+    retries).
     """
     stated = learnable(spec, current)
     if stated is None:
@@ -74,7 +80,7 @@ def learn_throughput(
         (memory.last_scale_down or -math.inf) + max(startup, spec.polling_interval),
     )
     backlog = BACKLOG_SHARE * stated * drain_time
-    if now < settled or count < (per_replica + backlog) * current:
+    if now < settled or count < (per_replica + backlog) * current or nothing_visible:
         return memory if memory.drain_from is None else replace(memory, drain_from=None)
     start = memory.drain_from
     if start is None or start[0] < settled or count >= start[1] + DRAIN_MESSAGES:

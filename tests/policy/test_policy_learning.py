@@ -82,6 +82,23 @@ def test_a_drain_that_more_replicas_did_not_speed_up_as_stated_is_learned_and_si
     assert "as drains and waits showed" in burst.message
 
 
+@pytest.mark.parametrize(("front_age", "learned"), [(None, 0.4), (5.0, 0.4), (0.0, None)])
+def test_a_fall_while_peeks_find_nothing_visible_is_no_drain(front_age: float | None, learned: float | None) -> None:
+    # The slow drain above, read by `decide` with what each poll's peek found. Where a message waits visibly (or
+    # the age is not read) it is learned as before; where every peek found nothing to take, the count is all in
+    # flight or invisible (retries scheduled minutes ahead, as on holdout-scheduled-retries, which the approximate
+    # count holds and no replica can take yet): no backlog waits behind the slots, so its fall proves no slowness.
+    spec = make_spec(policy=RATE)
+    memory = ScalingMemory(scale_events=(ScaleEvent(-10.0, 8, 32),), last_scale_up=-10.0)
+    ages = () if front_age is None else (front_age,)
+    history = [seen(-10.0 * (len(SLOW_BEFORE) - i), count, ages=ages) for i, count in enumerate(SLOW_BEFORE)]
+    for index, count in enumerate(SLOW_AFTER):
+        observation = seen(10.0 * index, count, ages=ages)
+        memory = controller.policy.decide(spec, observation, history, 32, memory, observation.time).memory
+        history.append(observation)
+    assert memory.learned_throughput == (None if learned is None else pytest.approx(learned))
+
+
 def test_a_drain_the_arrivals_before_it_explain_is_not_read_as_slow_replicas() -> None:
     # holdout-outage-catchup told its true serviceTime: no replica ready, the count rising 2 a second, then 4
     # replicas at the stated 1/s bring it down 2 a second. Its fall, 60 in 30 s over 4 replicas, is 0.5 a second
@@ -490,7 +507,7 @@ def test_the_live_fidelity_scenario_learns_from_its_first_bursts_wait(monkeypatc
     # it then, with the most the polls could not see (82), are 122 taken in 80 replica-seconds, short of the 128
     # that 0.8 x the statement takes but not by more than chance (122 + 2 x 11 = 144): read at 80 s, with 160 due.
     assert (learning[75], learning[79], learning[80]) == (4, 4, 5)
-    monkeypatch.setattr(controller.policy, "learn_throughput", lambda *args: args[4])  # the memory, unchanged
+    monkeypatch.setattr(controller.policy, "learn_throughput", lambda *args, **_: args[4])  # the memory, unchanged
     assert desired() == learning  # the wait alone
     # The drain under those 4 replicas: the burst rose within two polls, which the trend's median reads mostly as
     # a jump (1.8 a second at the drain's start at 60 s, not the burst's 15), so even with 2.5 a second arriving
@@ -499,7 +516,7 @@ def test_the_live_fidelity_scenario_learns_from_its_first_bursts_wait(monkeypatc
     monkeypatch.setattr(controller.policy, "learn_throughput", learn_throughput)
     monkeypatch.setattr(controller.throughput, "_wait_since_poll", lambda *_: None)
     assert desired() == learning  # the drain alone
-    monkeypatch.setattr(controller.policy, "learn_throughput", lambda *args: args[4])
+    monkeypatch.setattr(controller.policy, "learn_throughput", lambda *args, **_: args[4])
     stated_only = desired()
     assert (stated_only[75], stated_only[80]) == (4, 4)
 
