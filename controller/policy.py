@@ -504,7 +504,7 @@ def sizing(
     drain = policy.drain_time
     if drain is None:
         if policy.target_wait is not None:
-            drain = max(spec.polling_interval, DRAIN_SHARE_OF_TARGET_WAIT * policy.target_wait)
+            drain = DRAIN_SHARE_OF_TARGET_WAIT * policy.target_wait
         else:
             drain = DEFAULT_DRAIN_TIME
     per_replica = policy.messages_per_replica or 1

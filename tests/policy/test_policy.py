@@ -147,6 +147,18 @@ def test_rate_mode_derives_its_target_from_the_wait_objective() -> None:
     assert (d.desired, d.reason) == (10, Reason.SCALED_UP)
 
 
+def test_an_objective_shorter_than_two_polls_still_drains_within_half_of_it() -> None:
+    # A 5 s objective polled every 10 s: the backlog a replica is sized for is 2.5 s of its work, not a poll's.
+    # Held at a poll, 16 slots of 300 ms jobs were sized for 16 + 53.3 * 10 = 549 messages, a fixed point whose
+    # wait (10 s) is twice the objective (the held-out click-stream: p99 10 s against 5 s).
+    spec = make_spec(policy={"targetWaitSeconds": 5, "serviceTime": "300ms", "messagesPerReplica": 16})
+    assert spec.polling_interval == 10.0
+    size = sizing(spec)
+    assert size.drain_time == 2.5
+    assert size.target == pytest.approx(16 + 16 / 0.3 * 2.5)
+    assert raw_need(spec, 300, 0.0, 1) == pytest.approx(300 / size.target)  # 2.01: three replicas, where 549 kept one
+
+
 def test_rate_mode_never_sizes_below_the_busy_replicas() -> None:
     # 12 in flight on 6 replicas of 2 slots: 12 / 17 would ask for 1, but six replicas are working.
     spec = make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s", "messagesPerReplica": 2})
