@@ -753,7 +753,7 @@ def _on_count(
     # In rate mode: a wait since a poll of the history reads the replicas back to a start-up before its oldest
     # poll, and the replicas still starting are those asked within a start-up.
     events_kept = policy.trend_window + spec.polling_interval + startup if size.throughput is not None else 0.0
-    memory = _remember(memory, spec, now, recommended, inactive_since, release_delay, events_kept)
+    memory = _remember(memory, spec, now, current, recommended, inactive_since, release_delay, events_kept)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
@@ -956,15 +956,20 @@ def _within(since: float | None, now: float, window: float) -> bool:
 
 
 def _remember(
-    memory: ScalingMemory, spec: QueueScalerSpec, now: float, replicas: int, inactive_since: float | None,
-    release_delay: float, events_kept: float,
+    memory: ScalingMemory, spec: QueueScalerSpec, now: float, current: int, replicas: int,
+    inactive_since: float | None, release_delay: float, events_kept: float,
 ) -> ScalingMemory:
     """Add this tick's recommendation (as a run) and forget what no window or period can still see: scale events
-    are kept for the step limits' periods and `events_kept` (what a wait since a poll of the history needs)."""
+    are kept for the step limits' periods and `events_kept` (what a wait since a poll of the history needs).
+
+    A rule's first recommendation, where it is below the current replicas, follows one of the current replicas,
+    as the HPA's recordInitialRecommendation does: the replicas a rule finds (a new rule, or one whose stored
+    memory was lost) count as needed until the scale-down windows and delay have seen polls that say otherwise. (Not
+    above: a scale-up window would then hold the first scale-up, which the replicas found need not wait for.)"""
     policy = spec.policy
     horizon = max(policy.scale_up.stabilization_window, policy.scale_down.stabilization_window,
                   release_delay, 2 * spec.polling_interval)
-    runs = list(memory.recommendations)
+    runs = list(memory.recommendations) or ([Recommendation(now, current)] if replicas < current else [])
     if not runs or runs[-1].replicas != replicas:
         runs.append(Recommendation(now, replicas))
     # Run i lasts until run i+1 starts; drop runs that ended before the widest window began.

@@ -239,6 +239,23 @@ def test_scale_down_delay_releases_in_one_step_after_the_delay() -> None:
     assert run.tick(180, 10).desired == 2
 
 
+def test_a_new_rule_holds_the_replicas_it_finds_for_the_scale_down_delay() -> None:
+    # Kubernetes' HPA records the current replicas as its first recommendation (HorizontalController.
+    # recordInitialRecommendation), so a new autoscaler does not scale in before its downscale window has seen
+    # anything. A rule's first poll of an empty queue used to drop 20 running replicas to 1 at once (the held-out
+    # launch-decay: 20 replicas up at the start, 32 asked for ten seconds later).
+    run = Run(make_spec(), current=20)
+    first = run.tick(0, 0)
+    assert (first.desired, first.reason) == (20, Reason.HELD_BY_STABILIZATION)
+    assert "scale-down delay" in first.message
+    for t in range(10, 120, 10):
+        assert run.tick(t, 0).desired == 20
+    assert run.tick(120, 0).desired == 1  # two minutes with nothing asked: released in one step
+    # Not above: the replicas found hold back no first scale-up, even under a scale-up window.
+    up = Run(make_spec(policy={"scaleUp": {"stabilizationWindow": "30s"}}), current=2)
+    assert up.tick(0, 100).desired == 20
+
+
 def test_scale_up_stabilization_takes_the_lowest_recommendation() -> None:
     run = Run(make_spec(policy={"scaleUp": {"stabilizationWindow": "30s"}}), current=2)
     run.tick(0, 10)  # 2
@@ -303,7 +320,7 @@ def test_step_limit_counts_changes_inside_the_period() -> None:
 
 
 def test_scale_down_percent_limit_truncates() -> None:
-    down = {"stabilizationWindow": 0, "policies": [{"type": "Percent", "value": 50, "period": "1m"}]}
+    down = {"stabilizationWindow": 0, "delay": 0, "policies": [{"type": "Percent", "value": 50, "period": "1m"}]}
     run = Run(make_spec(policy={"scaleDown": down}), current=21)
     d = run.tick(0, 10)
     assert (d.desired, d.reason) == (10, Reason.LIMITED_BY_STEP)  # trunc(21 * 0.5)
