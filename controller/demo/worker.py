@@ -172,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             client.delete_message(message)
         except AzureError as exc:
-            # Its visibility timeout ran out meanwhile: another delivery owns the message (a 404 on the receipt).
+            # Its visibility timeout ran out and another receive took it: 400 PopReceiptMismatch (a duplicate).
             events.say("lost", message=number, sent=sent, received=received, done=time.time(),
                        work=work_seconds, error=type(exc).__name__)
         else:

@@ -4,9 +4,11 @@ Messages travel in cohorts (all the messages that share an enqueue second and a 
 the same for 1 message or 10,000. Azure semantics kept:
 
 - the approximate count includes invisible messages: delayed ones, and dequeued ones being processed;
-- a dequeued message is invisible for the visibility timeout; a message whose processing outlasts it reappears
-  and is delivered again (the first worker's delete then fails), and so does one whose worker was killed (at
-  once when the worker released it as it stopped: `scaleIn: release`);
+- a dequeued message is invisible for the visibility timeout; a message whose processing outlasts it reappears,
+  and is delivered again if a free slot takes it before that processing ends (the first worker's delete then
+  fails: its pop receipt is no longer the message's); if not, the first worker's delete still succeeds and the
+  message is gone. One whose worker was killed reappears too (at once when the worker released it as it stopped:
+  `scaleIn: release`) and is delivered again;
 - a message expires `ttl` after it was put, unless it is being processed;
 - every delivery after the first is a duplicate (dequeue count > 1);
 - a message's wait counts from when it was due: its put, or the end of the initial visibility delay it was put
@@ -53,8 +55,21 @@ class Cohort:
         self.state = state
 
 
-# An in-flight group: [count, dequeued_at, enqueued, delivery number, deletes on completion, due]
+# An in-flight group: [count, dequeued_at, enqueued, delivery number, deletes, due]. `deletes`: 1, the messages
+# are deleted on completion; -k, their processing outlasted the visibility timeout and `World.copies[k]` holds what
+# of them is queued again: on completion the delete succeeds for those no other delivery took meanwhile.
 InFlight = list[int]
+
+
+class Copy:
+    """An overrun group's messages queued again (`cohort`: those no delivery took yet), and how many in-flight
+    groups still work on them (`parts`: a scale-in's share splits a group)."""
+
+    __slots__ = ("cohort", "parts")
+
+    def __init__(self, cohort: Cohort) -> None:
+        self.cohort = cohort
+        self.parts = 1
 
 
 @dataclass
@@ -143,6 +158,8 @@ class World:
         self.in_flight: dict[int, list[InFlight]] = {}  # completion step -> groups
         self.in_flight_active = 0  # messages held by ready pods
         self.in_flight_counted = 0  # in-flight messages still in the queue (counted by Azure)
+        self.copies: dict[int, Copy] = {}  # an overrun group's messages queued again, by -deletes (see InFlight)
+        self.copy_number = 0
         self.drains: list[DrainGroup] = []
 
         self.desired = initial_replicas
@@ -245,8 +262,12 @@ class World:
                 if n:
                     group[0] -= n
                     taken.setdefault(step, []).append([n, *group[1:]])
+                    if group[4] < 0:
+                        self.copies[-group[4]].parts += 1
         for step in [s for s, groups in self.in_flight.items() if all(g[0] == 0 for g in groups)]:
-            del self.in_flight[step]
+            for group in self.in_flight.pop(step):
+                if group[4] < 0:
+                    self._release_copy(group[4])  # all of it taken: only the parts taken work on its copy
         moved = sum(g[0] for groups in taken.values() for g in groups)
         self.in_flight_active -= moved
         return taken
@@ -275,13 +296,14 @@ class World:
         for step, groups in buckets.items():
             for n, dequeued, enqueued, delivery, deletes, due in groups:
                 self.tally.busy_slot_seconds -= n * max(0, step - t)
-                if not deletes:
-                    continue  # a copy is already queued: its visibility ran out during processing
+                if deletes < 0:
+                    self._release_copy(deletes)  # a copy is already queued: its visibility ran out meanwhile
+                    continue
                 self.in_flight_counted -= n
                 self._requeue(enqueued, n, delivery, t if released else max(t, dequeued + self.visibility_timeout),
                               due)
 
-    def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int, due: int) -> None:
+    def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int, due: int) -> Cohort:
         expires = enqueued + self.ttl if self.ttl is not None else math.inf
         cohort = Cohort(enqueued, n, deliveries, expires, PENDING, due)
         self.sequence += 1
@@ -289,6 +311,33 @@ class World:
         self.pending_count += n
         if self.ttl is not None:
             heapq.heappush(self.expiring_late, (expires, self.sequence, cohort))
+        return cohort
+
+    def _complete(self, group: InFlight) -> None:
+        """A group's processing ends: its delete succeeds, unless its visibility ran out meanwhile and another
+        delivery took the message (only what of its copy is still queued is deleted, and so processed)."""
+        n, deletes = group[0], group[4]
+        if deletes > 0:
+            self.tally.processed += n
+            self.in_flight_counted -= n
+            return
+        copy = self._release_copy(deletes)
+        left = min(copy.count, n)
+        if left:
+            copy.count -= left
+            if copy.state == VISIBLE:
+                self.visible_count -= left
+            else:
+                self.pending_count -= left
+            self.tally.processed += left
+
+    def _release_copy(self, deletes: int) -> Cohort:
+        """One in-flight group working on an overrun copy ended (completed or killed); the copy's cohort."""
+        copy = self.copies[-deletes]
+        copy.parts -= 1
+        if not copy.parts:
+            del self.copies[-deletes]
+        return copy.cohort
 
     # ----------------------------------------------------------------------------------------------------------
     # Arrivals
@@ -325,15 +374,11 @@ class World:
 
     def advance(self, t: int) -> None:
         """The first part of a step: completions, pods becoming ready, messages reappearing or expiring."""
-        tally = self.tally
         done = self.in_flight.pop(t, None)
         if done is not None:
             for group in done:
-                n = group[0]
-                self.in_flight_active -= n
-                if group[4]:
-                    tally.processed += n
-                    self.in_flight_counted -= n
+                self.in_flight_active -= group[0]
+                self._complete(group)
         if self.drains:
             self._step_drains(t)
         starting = self.starting
@@ -481,10 +526,11 @@ class World:
                 if steps == 0:
                     immediate += m
                 elif s > vt:
-                    # Processing outlasts the visibility timeout: the message reappears meanwhile and is
-                    # delivered again; this delivery's delete will fail.
-                    self._requeue(enqueued, m, delivery, t + vt, due)
-                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, 0, due])
+                    # Processing outlasts the visibility timeout: the message reappears meanwhile; this delivery's
+                    # delete fails if another delivery takes it first (`_complete`).
+                    self.copy_number += 1
+                    self.copies[self.copy_number] = Copy(self._requeue(enqueued, m, delivery, t + vt, due))
+                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, -self.copy_number, due])
                 else:
                     by_steps[steps] = by_steps.get(steps, 0) + m
             for steps, m in by_steps.items():
@@ -517,9 +563,7 @@ class World:
             if done is not None:
                 for entry in done:
                     group.count -= entry[0]
-                    if entry[4]:
-                        self.tally.processed += entry[0]
-                        self.in_flight_counted -= entry[0]
+                    self._complete(entry)
             if group.count and t >= group.deadline:
                 self._kill(group.buckets, t)
                 group.buckets = {}

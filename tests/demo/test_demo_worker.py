@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueClient
 
 from controller.demo.worker import CONNECTION_ENV
@@ -115,3 +116,28 @@ def test_a_done_message_says_the_work_it_slept_and_the_delete_takes_the_rest_of_
         assert queue.get_queue_properties().approximate_message_count == 0  # deleted
     finally:
         stop(process)
+
+
+def test_a_delete_after_the_visibility_timeout_fails_only_once_another_receive_took_the_message(
+    queue: QueueClient,
+) -> None:
+    # What the simulator keeps of Azure (controller/simulator/world.py): work that outlasts its visibility timeout
+    # leaves the message visible again, but the first worker's pop receipt stays good until another Get Messages
+    # takes it ("If deletion fails using this popreceipt then the message has been dequeued by another client").
+    queue.send_message("overrun, nobody else takes it")
+    first = next(iter(queue.receive_messages(max_messages=1, visibility_timeout=1)))
+    time.sleep(2.5)  # visible again, not taken
+    queue.delete_message(first.id, first.pop_receipt)  # still good: the message is gone, once
+    assert queue.get_queue_properties().approximate_message_count == 0
+    assert list(queue.peek_messages(max_messages=1)) == []
+
+    queue.send_message("overrun, another worker takes it")
+    mine = next(iter(queue.receive_messages(max_messages=1, visibility_timeout=1)))
+    time.sleep(2.5)
+    theirs = next(iter(queue.receive_messages(max_messages=1, visibility_timeout=30)))
+    assert (theirs.id, theirs.dequeue_count) == (mine.id, 2)
+    with pytest.raises(HttpResponseError) as failed:
+        queue.delete_message(mine.id, mine.pop_receipt)  # the first worker's delete fails: a duplicate
+    assert (failed.value.status_code, failed.value.error_code) == (400, "PopReceiptMismatch")
+    queue.delete_message(theirs.id, theirs.pop_receipt)
+    assert queue.get_queue_properties().approximate_message_count == 0
