@@ -34,8 +34,8 @@ RULE = SCENARIOS / "rule.yaml"
 # The spread: each scenario also simulated with 20 other service-time draws (same arrivals), min .. median .. max.
 METRICS = (
     "worker_seconds", "busy_worker_seconds", "wait_p50", "wait_p95", "wait_p99", "wait_max", "scale_actions",
-    "direction_reversals", "duplicate_deliveries", "messages_arrived", "messages_processed", "peak_replicas",
-    "oldest_message_age_max",
+    "direction_reversals", "duplicate_deliveries", "scale_in_duplicates", "messages_arrived", "messages_processed",
+    "peak_replicas", "oldest_message_age_max",
 )
 
 

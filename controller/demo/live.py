@@ -384,8 +384,8 @@ class ScenarioDemo:
 
 COMPARED = (
     "worker_seconds", "busy_worker_seconds", "wait_p50", "wait_p95", "wait_p99", "wait_max", "scale_actions",
-    "direction_reversals", "duplicate_deliveries", "messages_arrived", "messages_processed", "peak_replicas",
-    "oldest_message_age_max",
+    "direction_reversals", "duplicate_deliveries", "scale_in_duplicates", "messages_arrived", "messages_processed",
+    "peak_replicas", "oldest_message_age_max",
 )
 
 

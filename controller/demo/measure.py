@@ -10,6 +10,8 @@ The definitions follow docs/simulator.md ("Metrics"), with real times in place o
 - `busy_worker_seconds`: the time deliveries were worked on (until their delete, or until the process died),
   divided by the concurrency;
 - waits: received − sent of each delivery, a redelivery counting again with its longer wait;
+- `scale_in_duplicates`: the deliveries again whose previous delivery a scale-in stopped (its process died first,
+  or it released the message), not those after work that outlasted its visibility timeout;
 - `oldest_message_age_max`, `slo_violation_seconds`: every second, the age of the oldest visible message, where a
   message is visible from its send (plus its initial delay) until it is received, and again from a
   delivery's visibility timeout (or from when its stopping worker released it) until the next delivery when that
@@ -132,6 +134,24 @@ def oldest_ages(record: LiveRecord) -> list[float]:
     return oldest
 
 
+def scale_in_duplicates(record: LiveRecord, deliveries: Sequence[Delivery]) -> int:
+    """Of `deliveries`, those again (dequeue count over 1) whose previous delivery a scale-in stopped: its process
+    died first (killed, or past its grace period) or it handed the message back as it stopped (released). The others
+    followed work that outlasted its visibility timeout and ended with a failed delete."""
+    by_message: dict[int, list[Delivery]] = {}
+    for delivery in record.deliveries:
+        by_message.setdefault(delivery.message, []).append(delivery)
+    stopped = 0
+    for delivery in deliveries:
+        if delivery.dequeue_count <= 1:
+            continue
+        before = [d for d in by_message[delivery.message] if d.received < delivery.received]
+        previous = max(before, key=lambda d: d.received, default=None)
+        if previous is not None and (previous.released is not None or previous.ended is None):
+            stopped += 1
+    return stopped
+
+
 def measure(record: LiveRecord, scenario: Scenario, plan: ArrivalPlan) -> Metrics:
     """The simulator's `Metrics` for this live run."""
     start, end = record.start, record.start + record.duration
@@ -179,6 +199,7 @@ def measure(record: LiveRecord, scenario: Scenario, plan: ArrivalPlan) -> Metric
         scale_actions=len(actions),
         direction_reversals=reversals,
         duplicate_deliveries=sum(1 for d in deliveries if d.dequeue_count > 1),
+        scale_in_duplicates=scale_in_duplicates(record, deliveries),
         expired_messages=expired,
         messages_arrived=arrived,
         messages_processed=processed,

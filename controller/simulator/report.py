@@ -32,6 +32,7 @@ ROWS: tuple[tuple[str, str, bool | None], ...] = (
     ("scale_actions", "scale actions", True),
     ("direction_reversals", "direction reversals", True),
     ("duplicate_deliveries", "duplicate deliveries", True),
+    ("scale_in_duplicates", "  of them after a scale-in stopped the work", True),
     ("expired_messages", "expired messages", True),
     ("messages_arrived", "messages arrived", None),
     ("messages_processed", "messages processed", None),

@@ -98,6 +98,7 @@ class Metrics:
     scale_actions: int
     direction_reversals: int
     duplicate_deliveries: int
+    scale_in_duplicates: int  # of duplicate_deliveries, those whose previous delivery a scale-in stopped
     expired_messages: int
     messages_arrived: int
     messages_processed: int
@@ -302,6 +303,7 @@ async def run_one(
         scale_actions=len(tally.scale_actions),
         direction_reversals=world.reversals,
         duplicate_deliveries=tally.duplicates,
+        scale_in_duplicates=tally.scale_in_duplicates,
         expired_messages=tally.expired,
         messages_arrived=tally.arrived,
         messages_processed=tally.processed,

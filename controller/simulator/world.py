@@ -41,18 +41,20 @@ VISIBLE = 1
 
 
 class Cohort:
-    """Messages put in the same second with the same delivery count; `count` is how many are still queued."""
+    """Messages put in the same second with the same delivery count; `count` is how many are still queued.
+    `stopped`: queued again because a scale-in stopped their work (killed, or released as the worker stopped)."""
 
-    __slots__ = ("count", "deliveries", "due", "enqueued", "expires", "state")
+    __slots__ = ("count", "deliveries", "due", "enqueued", "expires", "state", "stopped")
 
     def __init__(self, enqueued: int, count: int, deliveries: int, expires: float, state: int,
-                 due: int | None = None) -> None:
+                 due: int | None = None, stopped: bool = False) -> None:
         self.enqueued = enqueued
         self.due = enqueued if due is None else due  # when it could first be taken: waits count from here
         self.count = count
         self.deliveries = deliveries
         self.expires = expires
         self.state = state
+        self.stopped = stopped
 
 
 # An in-flight group: [count, dequeued_at, enqueued, delivery number, deletes, due]. `deletes`: 1, the messages
@@ -104,6 +106,7 @@ class Tally:
     processed: int = 0
     expired: int = 0
     duplicates: int = 0
+    scale_in_duplicates: int = 0  # the duplicates whose previous delivery a scale-in stopped
     worker_seconds: float = 0.0
     busy_slot_seconds: float = 0.0
     slo_violation_seconds: int = 0
@@ -297,15 +300,17 @@ class World:
             for n, dequeued, enqueued, delivery, deletes, due in groups:
                 self.tally.busy_slot_seconds -= n * max(0, step - t)
                 if deletes < 0:
-                    self._release_copy(deletes)  # a copy is already queued: its visibility ran out meanwhile
+                    # A copy is already queued (its visibility ran out meanwhile); its work is stopped all the same.
+                    self._release_copy(deletes).stopped = True
                     continue
                 self.in_flight_counted -= n
                 self._requeue(enqueued, n, delivery, t if released else max(t, dequeued + self.visibility_timeout),
-                              due)
+                              due, stopped=True)
 
-    def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int, due: int) -> Cohort:
+    def _requeue(self, enqueued: int, n: int, deliveries: int, visible_at: int, due: int, *,
+                 stopped: bool = False) -> Cohort:
         expires = enqueued + self.ttl if self.ttl is not None else math.inf
-        cohort = Cohort(enqueued, n, deliveries, expires, PENDING, due)
+        cohort = Cohort(enqueued, n, deliveries, expires, PENDING, due, stopped)
         self.sequence += 1
         heapq.heappush(self.pending, (visible_at, self.sequence, cohort))
         self.pending_count += n
@@ -495,6 +500,8 @@ class World:
                 histogram[wait] = histogram.get(wait, 0) + k
                 if cohort.deliveries:
                     tally.duplicates += k
+                    if cohort.stopped:
+                        tally.scale_in_duplicates += k
                 if not cohort.count:
                     visible.popleft()
                     while left and not visible[0].count:
@@ -738,6 +745,7 @@ class MultiQueueWorld:
             merged.processed += tally.processed
             merged.expired += tally.expired
             merged.duplicates += tally.duplicates
+            merged.scale_in_duplicates += tally.scale_in_duplicates
             merged.busy_slot_seconds += tally.busy_slot_seconds
             for wait, n in tally.wait_histogram.items():
                 merged.wait_histogram[wait] = merged.wait_histogram.get(wait, 0) + n

@@ -83,6 +83,21 @@ def test_waits_are_received_minus_sent_and_a_redelivery_counts_again_with_its_lo
     assert metrics.busy_worker_seconds == pytest.approx((9 + 2 + 1) / 2)
 
 
+def test_a_duplicate_after_a_scale_in_is_told_from_one_after_work_that_outlasted_its_visibility_timeout() -> None:
+    sent = (SentMessage(1, T0), SentMessage(2, T0), SentMessage(3, T0))
+    deliveries = (
+        Delivery(1, 8, T0 + 1, 1, None),                       # killed with its process
+        Delivery(1, 7, T0 + 20, 2, T0 + 21, True),
+        Delivery(2, 7, T0 + 1, 1, T0 + 30, False),              # outlasted 10 s: its delete failed
+        Delivery(2, 9, T0 + 12, 2, T0 + 13, True),
+        Delivery(3, 9, T0 + 2, 1, None, released=T0 + 4),      # handed back as its worker stopped
+        Delivery(3, 7, T0 + 5, 2, T0 + 6, True),
+    )
+    metrics = measure(record(sent=sent, deliveries=deliveries, processes=(
+        Lifetime(7, T0, T0 + 60), Lifetime(8, T0, T0 + 3), Lifetime(9, T0, T0 + 14))), SCENARIO, PLAN)
+    assert (metrics.duplicate_deliveries, metrics.scale_in_duplicates) == (3, 2)
+
+
 def test_only_what_happened_within_the_duration_counts() -> None:
     sent = (SentMessage(0, T0 + 50), SentMessage(1, T0 + 59.5))
     deliveries = (Delivery(0, 7, T0 + 55, 1, T0 + 58, True), Delivery(1, 7, T0 + 59.8, 1, T0 + 61, True))

@@ -144,6 +144,22 @@ def test_processing_longer_than_the_visibility_timeout_delivers_twice() -> None:
     for t in range(40, 60):
         world.step(t)
     assert world.tally.duplicates == 1
+    assert world.tally.scale_in_duplicates == 0  # no scale-in stopped anything: the work outlasted its timeout
+
+
+def test_a_killed_pods_message_is_a_duplicate_after_a_scale_in() -> None:
+    world = _world(visibility_timeout=30)
+    world.set_desired(1, 0)
+    world.put(0, 1)
+    for t in range(10):
+        world.step(t)
+    world.set_desired(0, 10)  # the pod that took it at t=5 is killed: the message is back at 35 (its visibility)
+    for t in range(10, 40):
+        world.step(t)
+    world.set_desired(1, 40)
+    for t in range(40, 50):
+        world.step(t)
+    assert (world.tally.duplicates, world.tally.scale_in_duplicates) == (1, 1)
 
 
 def test_an_overrun_message_no_other_slot_takes_is_deleted_by_its_first_worker() -> None:
