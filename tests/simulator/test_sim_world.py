@@ -132,49 +132,46 @@ def test_a_scheduled_message_waits_from_when_it_is_due_but_peek_shows_its_put() 
     assert fresh.front_age(54) == 54.0 and fresh.oldest_age(54) == 4
 
 
-def test_processing_longer_than_the_visibility_timeout_delivers_twice() -> None:
+def _one_message_on_one_pod(until: int) -> World:
+    """A 100 s job taken at t=5 by the only pod (visibility timeout 30 s: visible again at 35), stepped to `until`."""
     world = _world(visibility_timeout=30)
     world.set_desired(1, 0)
     world.put(0, 1)
-    for t in range(40):
+    _steps(world, 0, until)
+    return world
+
+
+def _steps(world: World, start: int, end: int) -> None:
+    for t in range(start, end):
         world.step(t)
-    # Taken at t=5 and visible again at t=35 while its only pod still works on it.
-    assert world.visible_count == 1
+
+
+def test_processing_longer_than_the_visibility_timeout_delivers_twice() -> None:
+    world = _one_message_on_one_pod(40)
+    assert world.visible_count == 1  # visible again while its only pod still works on it
     world.set_desired(2, 40)
-    for t in range(40, 60):
-        world.step(t)
+    _steps(world, 40, 60)
     assert world.tally.duplicates == 1
     assert world.tally.scale_in_duplicates == 0  # no scale-in stopped anything: the work outlasted its timeout
 
 
 def test_a_killed_pods_message_is_a_duplicate_after_a_scale_in() -> None:
-    world = _world(visibility_timeout=30)
-    world.set_desired(1, 0)
-    world.put(0, 1)
-    for t in range(10):
-        world.step(t)
+    world = _one_message_on_one_pod(10)
     world.set_desired(0, 10)  # the pod that took it at t=5 is killed: the message is back at 35 (its visibility)
-    for t in range(10, 40):
-        world.step(t)
+    _steps(world, 10, 40)
     world.set_desired(1, 40)
-    for t in range(40, 50):
-        world.step(t)
+    _steps(world, 40, 50)
     assert (world.tally.duplicates, world.tally.scale_in_duplicates) == (1, 1)
 
 
 def test_an_overrun_message_no_other_slot_takes_is_deleted_by_its_first_worker() -> None:
     # Azure keeps the first pop receipt good until another receive takes the message (Azurite agrees:
-    # tests/demo/test_demo_worker.py). Taken at t=5 by the only pod, visible again at 35, still there when the
-    # 100 s job ends at 105: that delete succeeds, and nothing is delivered twice. The live referee
-    # (benchmarks/fidelity.py --only overrun) delivered 11 of 460 again where a copy always taken predicted 26 to 27.
-    world = _world(visibility_timeout=30)
-    world.set_desired(1, 0)
-    world.put(0, 1)
-    for t in range(104):
-        world.step(t)
+    # tests/demo/test_demo_worker.py). Visible again at 35, still there when the 100 s job ends at 105: that delete
+    # succeeds, and nothing is delivered twice. The live referee (benchmarks/fidelity.py --only overrun) delivered
+    # 11 of 460 again where a copy always taken predicted 26 to 27.
+    world = _one_message_on_one_pod(104)
     assert (world.visible_count, world.approximate_count) == (1, 1)  # visible again, the job still running
-    for t in range(104, 130):
-        world.step(t)
+    _steps(world, 104, 130)
     assert (world.tally.processed, world.tally.duplicates, world.approximate_count) == (1, 0, 0)
     assert world.tally.wait_histogram == {5: 1}
     assert not world.copies
