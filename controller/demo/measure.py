@@ -97,15 +97,21 @@ def _overlap(start: float, end: float, window_start: float, window_end: float) -
     return max(0.0, min(end, window_end) - max(start, window_start))
 
 
+def deliveries_by_message(record: LiveRecord) -> dict[int, list[Delivery]]:
+    """Every delivery of the run, by message, in the order recorded."""
+    by_message: dict[int, list[Delivery]] = {}
+    for delivery in record.deliveries:
+        by_message.setdefault(delivery.message, []).append(delivery)
+    return by_message
+
+
 def oldest_ages(record: LiveRecord) -> list[float]:
     """For each second t of the run, the age at t + 0.5 of the oldest visible message (0 when none is visible),
     counted from when it was due (sent, plus the initial delay it was sent with), as the simulator counts it."""
     steps = math.ceil(record.duration)
     oldest = [0.0] * steps
     end = record.start + record.duration
-    by_message: dict[int, list[Delivery]] = {}
-    for delivery in record.deliveries:
-        by_message.setdefault(delivery.message, []).append(delivery)
+    by_message = deliveries_by_message(record)
     for message in record.sent:
         deliveries = sorted(by_message.get(message.message, ()), key=lambda d: d.received)
         expires = message.sent + record.ttl if record.ttl is not None else math.inf
@@ -138,9 +144,7 @@ def scale_in_duplicates(record: LiveRecord, deliveries: Sequence[Delivery]) -> i
     """Of `deliveries`, those again (dequeue count over 1) whose previous delivery a scale-in stopped: its process
     died first (killed, or past its grace period) or it handed the message back as it stopped (released). The others
     followed work that outlasted its visibility timeout and ended with a failed delete."""
-    by_message: dict[int, list[Delivery]] = {}
-    for delivery in record.deliveries:
-        by_message.setdefault(delivery.message, []).append(delivery)
+    by_message = deliveries_by_message(record)
     stopped = 0
     for delivery in deliveries:
         if delivery.dequeue_count <= 1:
