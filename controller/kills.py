@@ -119,9 +119,10 @@ def mean_in_flight(memory: ScalingMemory, now: float, sample: float) -> float:
 def remember_in_flight(
     spec: QueueScalerSpec, count: float, current: int, per_replica: int | None, memory: ScalingMemory, now: float
 ) -> ScalingMemory:
-    """The memory with this poll in the hour's mean in flight, where the rule keeps the account and the mean moved
-    by MEAN_STEP of itself (of one message, below one) or more since it was remembered."""
-    if not counts_stops(spec) or per_replica is None:
+    """The memory with this poll in the hour's mean in flight, where the rule has a wait objective (the account of
+    stops reads it, and the sizing near maxReplicas) and the mean moved by MEAN_STEP of itself (of one message,
+    below one) or more since it was remembered."""
+    if spec.policy.target_wait is None or per_replica is None:
         return memory
     sample = in_flight(count, current, per_replica)
     if memory.in_flight_mean is None:

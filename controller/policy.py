@@ -528,6 +528,7 @@ def raw_need(
     learned_throughput: float | None = None,
     starting: float = 0.0,
     busy: int | None = None,
+    usual_busy: float | None = None,
 ) -> float:
     """Replicas the count asks for, unrounded, before tolerance and limits.
 
@@ -541,18 +542,41 @@ def raw_need(
     messagesPerReplica is known (and always in rate mode), the approximate count's in-flight part (at most
     messagesPerReplica per current replica, or per `busy` replica where the caller knows which will be busy, see
     `busy_replicas`) keeps its replicas: the need never drops below the replicas that are busy, so a scale-in
-    never counts on busy workers being idle.
+    never counts on busy workers being idle. `usual_busy`, the replicas the last hour's mean in flight keeps busy,
+    says how close the load runs to maxReplicas (`target_under_cap`).
     """
     size = sizing(spec, measured_startup, learned_throughput=learned_throughput)
     growth = max(0.0, slope or 0.0)
     projected = count + growth * size.lookahead
     if growth > 0 and starting > 0 and size.throughput is not None:
         projected = max(count, projected - LEARNED_FLOOR * size.throughput * starting)
-    need = projected / size.target
+    target = size.target
     if size.per_replica is not None:
         held = current if busy is None else busy
-        need = max(need, kills.in_flight(count, held, size.per_replica) / size.per_replica)
-    return need
+        busy_need = kills.in_flight(count, held, size.per_replica) / size.per_replica
+        if usual_busy is not None:
+            target = target_under_cap(spec, size, usual_busy)
+        return max(projected / target, busy_need)
+    return projected / target
+
+
+def target_under_cap(spec: QueueScalerSpec, size: Sizing, busy: float) -> float:
+    """The count one replica is sized for where the load keeps `busy` replicas busy as a rule (the last hour's
+    mean in flight, a burst trimmed) and maxReplicas leaves little room beyond them.
+
+    A default drain time keeps a standing backlog (a message waits about the drain time), which is worth keeping
+    only while the replicas up to maxReplicas could clear it if arrivals rose: spare replicas `maxReplicas - busy`
+    clear the busy replicas' backlog of `drain` seconds within the rest of the objective when
+    `busy x drain <= (maxReplicas - busy) x (targetWait - drain)`, so the drain time is at most
+    `targetWait x (1 - busy / maxReplicas)`: half the objective up to half the cap, nothing at the cap. A burst
+    fills the cap for minutes and leaves, so the usual load decides, not this poll's. A rule that states its
+    drainTime or targetPerReplica keeps it."""
+    policy = spec.policy
+    if (policy.drain_time is not None or policy.target_per_replica is not None or policy.target_wait is None
+            or size.throughput is None or size.per_replica is None or size.drain_time is None):
+        return size.target
+    room = max(0.0, 1.0 - busy / spec.max_replicas)
+    return size.per_replica + size.throughput * min(size.drain_time, policy.target_wait * room)
 
 
 def starting_work(
@@ -720,8 +744,10 @@ def _on_count(
                       if size.throughput is not None and (slope or 0.0) > 0 else (0, 0.0))
     busy = (busy_replicas(memory, now, startup, count, current, size.per_replica or 1, size.throughput)
             if size.throughput is not None else None)
+    usual_busy = (memory.in_flight_mean[2] / size.per_replica
+                  if memory.in_flight_mean is not None and size.per_replica else None)
     need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned, starting=work,
-                    busy=busy)
+                    busy=busy, usual_busy=usual_busy)
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False

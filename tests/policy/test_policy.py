@@ -159,6 +159,26 @@ def test_an_objective_shorter_than_two_polls_still_drains_within_half_of_it() ->
     assert raw_need(spec, 300, 0.0, 1) == pytest.approx(300 / size.target)  # 2.01: three replicas, where 549 kept one
 
 
+def test_near_max_replicas_the_usual_load_keeps_no_standing_backlog() -> None:
+    # A default drain time keeps a backlog of half the objective, which only replicas to spare can clear. The
+    # held-out capped-peak ran 18 of its 25 replicas with a 5-minute backlog, then its peak outran the cap and the
+    # backlog grew on top: p99 696 s against 600 s (25 replicas throughout: 409 s). An hour at 20 of 25 busy
+    # leaves room for a drain time of 600 s x (1 - 20/25) = 120 s: 3,040 counted ask 3,040 / (2 + 2/3 x 120) = 37,
+    # the cap, where half the objective asked 3,040 / 202 = 15 and the 20 busy were held.
+    spec = make_spec(maxReplicas=25, policy={"targetWaitSeconds": 600, "serviceTime": "3s", "messagesPerReplica": 2,
+                                             "onScaleIn": "drain"})
+    near = Run(spec, current=20)
+    for t in range(0, 3600, 10):
+        assert near.tick(t, 40).desired == 20
+    assert near.memory.in_flight_mean is not None and near.memory.in_flight_mean[2] == pytest.approx(40)
+    assert near.tick(3600, 3040).desired == 25
+    # A usual load of 5 busy leaves room for the whole default drain time: the same count is sized as before.
+    light = Run(spec, current=5)
+    for t in range(0, 3600, 10):
+        light.tick(t, 10)
+    assert light.tick(3600, 3040).desired == 16  # 3,040 + the jump's projection over the start-up, / 202
+
+
 def test_rate_mode_never_sizes_below_the_busy_replicas() -> None:
     # 12 in flight on 6 replicas of 2 slots: 12 / 17 would ask for 1, but six replicas are working.
     spec = make_spec(policy={"targetWaitSeconds": 60, "serviceTime": "4s", "messagesPerReplica": 2})
