@@ -627,16 +627,14 @@ def _plan_streams(arrivals: tuple[Arrival, ...], steps: int, rng: np.random.Gene
                 if not first <= begin < last:
                     continue
                 width = max(1, int(a.over))
-                earlier = bursts.get(float(begin))
-                size = a.messages + (earlier.messages if earlier else 0)
-                bursts[float(begin)] = Burst(float(begin), size, max(width, earlier.spread if earlier else 0))
+                _add_burst(bursts, begin, a.messages, width)
                 share, extra = divmod(a.messages, width)
                 spread = np.full(width, float(share))
                 spread[:extra] += 1
                 stop = min(last, begin + width)
                 counts[begin:stop] += spread[: stop - begin]
         elif a.type == "trace":
-            _add_trace(a, counts, first, last)
+            _add_trace(a, counts, first, last, bursts)
     plan = []
     for delay, values in sorted(streams.items()):
         # Fractional rates become whole messages by carrying the remainder: the totals stay exact.
@@ -646,12 +644,21 @@ def _plan_streams(arrivals: tuple[Arrival, ...], steps: int, rng: np.random.Gene
     return tuple(plan)
 
 
-def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int) -> None:
-    """Each row's arrivals spread evenly from its t until the next row's t (the last row lasts one second)."""
+def _add_burst(bursts: dict[float, Burst], begin: int, messages: int, spread: float) -> None:
+    """A burst of `messages` over `spread` seconds from `begin`, merged with any other starting then."""
+    earlier = bursts.get(float(begin))
+    size = messages + (earlier.messages if earlier else 0)
+    bursts[float(begin)] = Burst(float(begin), size, max(spread, earlier.spread if earlier else 0))
+
+
+def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int, bursts: dict[float, Burst]) -> None:
+    """Each row's arrivals spread evenly from its t until the next row's t (the last row lasts one second). Runs of
+    rows at TRACE_BURST_FACTOR times the trace's usual rate or more are added to `bursts` (`trace_bursts`)."""
     rows = list(a.trace)
     if not rows:
         return
     length = rows[-1][0] + 1.0
+    loud = trace_bursts(rows, length)
     offset = float(first)
     while offset < last:
         for index, (t, n) in enumerate(rows):
@@ -661,6 +668,39 @@ def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int) -> None:
             low, high = max(first, int(begin)), min(last, int(begin) + width)
             if low < high:
                 counts[low:high] += n * a.scale / width
+        for start, stop, messages in loud:
+            begin = int(offset + start)
+            if first <= begin < last and messages * a.scale >= 1:
+                _add_burst(bursts, begin, round(messages * a.scale), stop - start)
         if not a.repeat:
             break
         offset += length
+
+
+# A trace row is part of a burst when its rate is at least this many times the trace's usual rate (the median
+# over time), as a burst or batch component is one by its type.
+TRACE_BURST_FACTOR = 5.0
+
+
+def trace_bursts(rows: list[tuple[float, float]], length: float) -> list[tuple[float, float, float]]:
+    """The bursts of a trace: (start, end, messages) of each run of consecutive rows whose rate (arrivals over
+    the row's span) is positive and at least TRACE_BURST_FACTOR times the median rate a second of the trace sees."""
+    spans = [((rows[i + 1][0] if i + 1 < len(rows) else length) - t) for i, (t, _) in enumerate(rows)]
+    rates = [n / span if span > 0 else 0.0 for (_, n), span in zip(rows, spans, strict=True)]
+    by_rate = sorted(zip(rates, spans, strict=True))
+    half, seen, usual = sum(spans) / 2.0, 0.0, 0.0
+    for rate, span in by_rate:
+        seen += span
+        if seen >= half:
+            usual = rate
+            break
+    found: list[tuple[float, float, float]] = []
+    for (t, n), span, rate in zip(rows, spans, rates, strict=True):
+        if rate <= 0 or rate < TRACE_BURST_FACTOR * usual:
+            continue
+        if found and found[-1][1] == t:
+            start, _, messages = found[-1]
+            found[-1] = (start, t + span, messages + n)
+        else:
+            found.append((t, t + span, n))
+    return found

@@ -53,6 +53,23 @@ def test_a_trace_replays_its_rows(tmp_path: Path) -> None:
     assert counts[11:22] == [2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 20]
 
 
+def test_a_trace_marks_its_bursts_where_rows_run_five_times_its_usual_rate(tmp_path: Path) -> None:
+    # A partner's syncs in a per-minute trace are bursts as much as a burst component is: they decide whether the
+    # suite holds the run to the bursty or the steady efficiency, and where it measures a burst's capacity. The
+    # usual rate is the median a second of the trace sees (1/s here); rows at 5/s or more, back to back, are one.
+    (tmp_path / "trace.csv").write_text("t,arrivals\n0,60\n60,600\n120,300\n180,240\n240,60\n300,60\n360,0\n",
+                                        encoding="utf-8")
+    (tmp_path / "s.yaml").write_text(
+        "duration: 800\narrivals:\n  - {type: trace, file: trace.csv, repeat: true, scale: 2}\n", encoding="utf-8")
+    plan = plan_arrivals(load_scenario(str(tmp_path / "s.yaml")))
+    assert [(b.start, b.messages, b.spread) for b in plan.bursts] == [(60.0, 1800, 120.0), (421.0, 1800, 120.0),
+                                                                  (782.0, 1800, 120.0)]
+    (tmp_path / "flat.csv").write_text("t,arrivals\n0,60\n60,240\n120,60\n180,0\n", encoding="utf-8")
+    (tmp_path / "flat.yaml").write_text("duration: 200\narrivals:\n  - {type: trace, file: flat.csv}\n",
+                                        encoding="utf-8")
+    assert plan_arrivals(load_scenario(str(tmp_path / "flat.yaml"))).bursts == ()  # 4x its usual rate: no burst
+
+
 def test_delayed_messages_form_their_own_stream() -> None:
     sc = scenario(duration=10, arrivals=[{"type": "constant", "rate": 1}, {"type": "constant", "rate": 2, "delay": 30}])
     plan = plan_arrivals(sc)
