@@ -658,13 +658,13 @@ def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int, bursts: di
     if not rows:
         return
     length = rows[-1][0] + 1.0
-    loud = trace_bursts(rows, length)
+    spans = _row_spans(rows, length)
+    loud = trace_bursts(rows, spans)
     offset = float(first)
     while offset < last:
-        for index, (t, n) in enumerate(rows):
+        for (t, n), span in zip(rows, spans, strict=True):
             begin = offset + t
-            end = offset + (rows[index + 1][0] if index + 1 < len(rows) else length)
-            width = max(1, int(end) - int(begin))
+            width = max(1, int(begin + span) - int(begin))
             low, high = max(first, int(begin)), min(last, int(begin) + width)
             if low < high:
                 counts[low:high] += n * a.scale / width
@@ -682,10 +682,15 @@ def _add_trace(a: Arrival, counts: np.ndarray, first: int, last: int, bursts: di
 TRACE_BURST_FACTOR = 5.0
 
 
-def trace_bursts(rows: list[tuple[float, float]], length: float) -> list[tuple[float, float, float]]:
+def _row_spans(rows: list[tuple[float, float]], length: float) -> list[float]:
+    """How long each trace row lasts: until the next row's t, the last one until `length`."""
+    return [(rows[i + 1][0] if i + 1 < len(rows) else length) - t for i, (t, _) in enumerate(rows)]
+
+
+def trace_bursts(rows: list[tuple[float, float]], spans: list[float]) -> list[tuple[float, float, float]]:
     """The bursts of a trace: (start, end, messages) of each run of consecutive rows whose rate (arrivals over
-    the row's span) is positive and at least TRACE_BURST_FACTOR times the median rate a second of the trace sees."""
-    spans = [((rows[i + 1][0] if i + 1 < len(rows) else length) - t) for i, (t, _) in enumerate(rows)]
+    the row's span, `_row_spans`) is positive and at least TRACE_BURST_FACTOR times the median rate a second of the
+    trace sees."""
     rates = [n / span if span > 0 else 0.0 for (_, n), span in zip(rows, spans, strict=True)]
     by_rate = sorted(zip(rates, spans, strict=True))
     half, seen, usual = sum(spans) / 2.0, 0.0, 0.0
