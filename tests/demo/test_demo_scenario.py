@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import fields
 from pathlib import Path
 
+from controller.commands.simulate import load_rules
+from controller.demo.live import COMPARED, simulated_spread
 from controller.simulator.run import Metrics
 from controller.simulator.scenario import load_scenario, plan_arrivals
 from controller.sources.azure_auth import DEV_ACCOUNT_KEY
@@ -72,6 +74,7 @@ def test_a_scenario_runs_live_and_its_summary_holds_the_simulators_metrics_measu
     assert summary["messages_arrived"] == summary["simulated"]["messages_arrived"] == planned == 25
     given = summary["simulated_with_live_jobs"]
     assert set(given) == set(summary["simulated_spread"]), "and simulated again given the live jobs' service times"
+    assert {"burst_first_scale_out_mean", "burst_enough_capacity_mean"} <= set(given), "its burst's too"
     assert given["messages_arrived"] == [25, 25, 25]
     assert summary["messages_processed"] == planned, "every message was worked on and deleted"
     assert summary["messages_remaining"] == 0
@@ -88,6 +91,21 @@ def test_a_scenario_runs_live_and_its_summary_holds_the_simulators_metrics_measu
     assert "wait_p99" in done.stdout and "simulated" in done.stdout
     for text in (done.stdout, done.stderr, (out / "demo-summary.json").read_text()):
         assert DEV_ACCOUNT_KEY not in text and "AccountKey" not in text
+
+
+def test_the_spread_leaves_out_the_burst_metrics_of_a_scenario_without_bursts(tmp_path: Path) -> None:
+    # A scenario with no burst has no burst metrics (None), in every draw: the spread has no entry for them, and
+    # the other metrics are spread as before.
+    (tmp_path / "rule.yaml").write_text(RULE)
+    [rule] = load_rules([str(tmp_path / "rule.yaml")])
+    (tmp_path / "steady.yaml").write_text(SCENARIO.replace("  - {type: burst, at: 1s, messages: 20, over: 2s}\n", ""))
+    (tmp_path / "bursty.yaml").write_text(SCENARIO)
+    spread = simulated_spread(load_scenario(str(tmp_path / "steady.yaml")), rule, draws=3)
+    assert "burst_enough_capacity_mean" not in spread and "burst_first_scale_out_mean" not in spread
+    assert set(spread) == set(COMPARED) - {"burst_enough_capacity_mean", "burst_first_scale_out_mean"}
+    bursty = simulated_spread(load_scenario(str(tmp_path / "bursty.yaml")), rule, draws=3)
+    low, median, high = bursty["burst_enough_capacity_mean"]
+    assert 0 <= low <= median <= high
 
 
 def test_a_rule_the_live_run_cannot_read_is_refused_naming_its_field(tmp_path: Path) -> None:
