@@ -148,7 +148,8 @@ def markdown(summaries: dict[str, dict[str, object]]) -> str:
 
 
 def _short(value: object) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    """A cell's figure; "-" where there is none (a burst metric of a scenario without bursts)."""
+    return f"{value:.4g}" if isinstance(value, float) else "-" if value is None else str(value)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -390,7 +390,7 @@ COMPARED = (
 
 
 def _fmt(value: object) -> str:
-    return f"{value:g}" if isinstance(value, int | float) else str(value)
+    return f"{value:g}" if isinstance(value, int | float) else "-" if value is None else str(value)
 
 
 def simulate_rule(scenario: Scenario, rule: QueueScaler) -> RunResult:

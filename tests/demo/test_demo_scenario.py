@@ -74,7 +74,7 @@ def test_a_scenario_runs_live_and_its_summary_holds_the_simulators_metrics_measu
     assert summary["messages_arrived"] == summary["simulated"]["messages_arrived"] == planned == 25
     given = summary["simulated_with_live_jobs"]
     assert set(given) == set(summary["simulated_spread"]), "and simulated again given the live jobs' service times"
-    assert {"burst_first_scale_out_mean", "burst_enough_capacity_mean"} <= set(given), "its burst's too"
+    assert {"burst_first_scale_out_mean", "burst_enough_capacity_mean"} <= set(given), "and its burst's metrics too"
     assert given["messages_arrived"] == [25, 25, 25]
     assert summary["messages_processed"] == planned, "every message was worked on and deleted"
     assert summary["messages_remaining"] == 0
