@@ -505,9 +505,9 @@ def test_the_live_fidelity_scenario_near_max_replicas_sizes_with_the_shorter_dra
     near = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0]
     assert (190, 5, 6) in near.scale_actions
     stated = replace(rule, spec=replace(rule.spec, policy=replace(rule.spec.policy, drain_time=30.0)))
-    held = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", stated, w, sc.start_epoch))])[0]
-    assert held.metrics.peak_replicas == 5 < near.metrics.peak_replicas
-    assert near.metrics.wait_p99 <= held.metrics.wait_p99 <= sc.slo_wait
+    held = _run(sc, stated)
+    assert held.peak_replicas == 5 < near.metrics.peak_replicas
+    assert near.metrics.wait_p99 <= held.wait_p99 <= sc.slo_wait
 
 
 def _stating_two_minutes(rule: QueueScaler) -> QueueScaler:
