@@ -64,6 +64,35 @@ from controller.throughput import (
 # Observations
 
 
+# Beyond the trend window the polls kept for reading waits are thinned to about this many (docs/policy.md, *A wrong
+# serviceTime*): an objective of an hour polled every 10 s would otherwise keep 360 polls a rule.
+OLDER_POLLS_KEPT = 12
+
+
+def polls_to_keep(spec: QueueScalerSpec, history: Sequence[Observation]) -> list[Observation]:
+    """The polls worth keeping, the newest last: every poll of the trend window and the last one before it (the
+    trend), and back to `spec.history_seconds` (a front message's wait is read against the poll before it was
+    put) one poll in every `(history_seconds - trend_window) / OLDER_POLLS_KEPT` seconds, at least a poll apart.
+
+    A front message read against an earlier poll than the one just before its put, or with the next poll kept
+    later than the next one made, gives a lower bound that is looser, never wrong: what that poll counted was
+    ahead of the message all the same, and the arrivals the polls did not see are counted at their most."""
+    if not history:
+        return []
+    now = history[-1].time
+    trend_start = now - spec.policy.trend_window
+    start = now - spec.history_seconds
+    spacing = max(spec.polling_interval, (spec.history_seconds - spec.policy.trend_window) / OLDER_POLLS_KEPT)
+    kept: list[Observation] = []
+    for index, poll in enumerate(history):
+        newer = history[index + 1].time if index + 1 < len(history) else math.inf
+        if newer < start:
+            continue  # older than the horizon, and not the last poll before it
+        if newer >= trend_start or not kept or poll.time - kept[-1].time >= spacing:
+            kept.append(poll)
+    return kept
+
+
 def trend(
     spec: QueueScalerSpec, observations: Sequence[Observation], now: float,
     held: Sequence[tuple[int, float, float]] = (),
@@ -778,7 +807,7 @@ def _on_count(
     release_delay = scale_down_delay(spec, size, measured_startup)
     # In rate mode: a wait since a poll of the history reads the replicas back to a start-up before its oldest
     # poll, and the replicas still starting are those asked within a start-up.
-    events_kept = policy.trend_window + spec.polling_interval + startup if size.throughput is not None else 0.0
+    events_kept = spec.history_seconds + spec.polling_interval + startup if size.throughput is not None else 0.0
     memory = _remember(memory, spec, now, current, recommended, inactive_since, release_delay, events_kept)
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)

@@ -17,7 +17,7 @@ from typing import Protocol
 from controller.model.readings import Observation, ScaleEvent, ScalingMemory, SourceReading
 from controller.model.rule import QueueScaler
 from controller.net.slots import Slots
-from controller.policy import Decision, decide
+from controller.policy import Decision, decide, polls_to_keep
 from controller.sources.base import Source, guarded_poll
 from controller.targets.base import ScaleState, Target, TargetConflict, TargetError
 
@@ -218,10 +218,7 @@ class Reconciler:
         self._known, self._known_at, self._left = state, now, state.replicas
 
     def _remember(self, observation: Observation) -> None:
-        horizon = observation.time - self.rule.spec.policy.trend_window
-        self.history.append(observation)
-        while len(self.history) > 2 and self.history[1].time < horizon:
-            self.history.pop(0)
+        self.history = polls_to_keep(self.rule.spec, [*self.history, observation])
 
     async def run(
         self, stop: asyncio.Event, *, first_delay: float = 0.0, slots: Slots | None = None

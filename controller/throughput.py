@@ -112,14 +112,15 @@ def learn_from_wait(
 
     First in, first out: while a queue's front message waited `age` seconds, every message ahead of it was taken
     by the replicas. Read only when the oldest waited at least the drain time (and a poll): a shorter wait says
-    the sizing keeps its promise, and its bound, divided by a small age, is mostly noise. One of two readings,
-    each a lower bound, with the same thresholds and trust as drains (see `learn_throughput`): where the history of
-    polls reaches back to when each front message was put, the wait since that poll (`_wait_since_poll`), which
-    counts what was ahead of it then and learns only what arrivals the polls missed cannot explain; only where a
-    front message is older than that history, the wait under settled replicas (`_settled_wait`), which takes what
-    waits now for what was ahead then. Read where the history reaches, that stand-in made a rule told its true
-    serviceTime learn half of it from a count that fell while its front message waited (checkout-outage, 23
-    waiting after 30 s on 2 replicas: 0.38/s of a stated 0.67/s).
+    the sizing keeps its promise, and its bound, divided by a small age, is mostly noise. Two readings, each a
+    lower bound, with the same thresholds and trust as drains (see `learn_throughput`), the tighter one kept:
+    where the history of polls (back to the objective, `polls_to_keep`) reaches to when each front message was put,
+    the wait since that poll (`_wait_since_poll`), which counts what was ahead of it then and learns only what
+    arrivals the polls missed cannot explain; where a front message is older than a trend window's polls, the wait
+    under settled replicas (`_settled_wait`), which takes what waits now for what was ahead then. Read within a
+    trend window, that stand-in made a rule told its true serviceTime learn half of it from a count that fell
+    while its front message waited (checkout-outage, 23 waiting after 30 s on 2 replicas: 0.38/s of a stated
+    0.67/s).
     """
     stated = learnable(spec, current)
     ages = [reading.oldest_age for reading in observation.readings]
@@ -128,12 +129,26 @@ def learn_from_wait(
     age = max(a or 0.0 for a in ages)
     if age <= 0 or age < max(spec.polling_interval, drain_time):
         return memory
+    bounds = []
     fronts = _polls_before_fronts(observation, history, now)
-    if fronts is None:
-        bound = _settled_wait(spec, count, slope, current, memory, now, startup, stated, age, drain_time)
-    else:
-        bound = _wait_since_poll(spec, observation, fronts, current, memory, now, startup, stated)
+    if fronts is not None:
+        bounds.append(_wait_since_poll(spec, observation, fronts, current, memory, now, startup, stated))
+    if _polls_before_fronts(observation, _trend_window_polls(spec, history), now) is None:
+        bounds.append(_settled_wait(spec, count, slope, current, memory, now, startup, stated, age, drain_time))
+    bound = max((b for b in bounds if b is not None), default=None)
     return memory if bound is None else _remember_bound(spec, memory, stated, bound)
+
+
+def _trend_window_polls(spec: QueueScalerSpec, history: Sequence[Observation]) -> Sequence[Observation]:
+    """The polls of the history within a trend window of the last one, and the one before that window: what the
+    history held before it reached back to the objective, and where a settled wait is not read."""
+    if not history:
+        return history
+    horizon = history[-1].time - spec.policy.trend_window
+    first = 0
+    while first + 1 < len(history) and history[first + 1].time < horizon:
+        first += 1
+    return history[first:]
 
 
 def _polls_before_fronts(

@@ -175,6 +175,17 @@ class QueueScalerSpec:
     schedules: tuple[Schedule, ...] = ()
     paused: bool = False
 
+    @property
+    def history_seconds(self) -> float:
+        """How far back the polls kept in the process reach: the trend window, and where the rule learns its
+        throughput from waits (`targetWaitSeconds` in rate mode) an objective and a poll, so that a front message
+        that waited up to the objective is read against the poll before it was put (docs/policy.md, *A wrong
+        serviceTime*)."""
+        policy = self.policy
+        if policy.learns_throughput and policy.target_wait is not None:
+            return max(policy.trend_window, policy.target_wait + self.polling_interval)
+        return policy.trend_window
+
 
 @dataclass(frozen=True)
 class QueueScaler:

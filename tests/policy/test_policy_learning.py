@@ -367,11 +367,17 @@ def test_replicas_count_as_ready_a_start_up_after_their_scale_up_and_a_scale_in_
 
 
 def test_scale_events_are_kept_as_long_as_a_wait_since_a_poll_reads_them() -> None:
-    # The history reaches a trend window and a poll back (70 s), and replicas a start-up before that (80 s).
-    memory = ScalingMemory(scale_events=(ScaleEvent(-90.0, 1, 2), ScaleEvent(-70.0, 2, 3)), last_scale_up=-70.0)
+    # The history reaches the objective and a poll back (70 s; a trend window is 60 s), its oldest poll a poll
+    # before that (80 s), and replicas a start-up before that (90 s).
+    memory = ScalingMemory(scale_events=(ScaleEvent(-90.0, 1, 2), ScaleEvent(-80.0, 2, 3)), last_scale_up=-80.0)
     run = Run(make_spec(policy=RATE), current=3, memory=memory)
     run.tick(0, 3)
-    assert [e.time for e in run.memory.scale_events] == [-70.0]
+    assert [e.time for e in run.memory.scale_events] == [-80.0]
+    # A five-minute objective: 310 s, 320 s, 330 s.
+    memory = ScalingMemory(scale_events=(ScaleEvent(-330.0, 1, 2), ScaleEvent(-320.0, 2, 3)), last_scale_up=-320.0)
+    run = Run(make_spec(policy={**RATE, "targetWaitSeconds": 300}), current=3, memory=memory)
+    run.tick(0, 3)
+    assert [e.time for e in run.memory.scale_events] == [-320.0]
 
 
 # ------------------------------------------------------------------------------------------------ a small run
@@ -397,6 +403,25 @@ def test_a_rule_told_half_the_service_time_still_meets_the_target_wait_on_a_batc
     # says they still arrive (until 2026-11-28 it was read as slow replicas, p99 some 20 s shorter). The batch is
     # sized on the statement, and the unspent half of the objective absorbs it.
     assert _told(_batch(500), 0.5).wait_p99 <= 500
+
+
+def _spread_batch() -> Scenario:
+    """30,000 messages put over ten minutes under a five-minute objective; 1-3 s each, four at a time."""
+    return scenario(
+        duration=2400, seed=1, slo={"waitSeconds": 300},
+        workers={"startupDelay": 30, "serviceTime": {"distribution": "uniform", "min": 1, "max": 3},
+                 "concurrency": 4, "maxReplicas": 60},
+        arrivals=[{"type": "batch", "every": 3600, "at": 120, "messages": 30000, "over": 600}],
+    )
+
+
+def test_a_batch_put_over_minutes_told_half_the_service_time_is_sized_by_a_wait_since_a_poll() -> None:
+    # The drain time (about 150 s) outlasts the trend window, so until the polls were kept back to the objective
+    # every front message old enough to read was older than the history, and only a wait under settled replicas
+    # could teach, which the replicas added poll after poll through the batch never allowed: sized on the
+    # statement, p99 289-316 s over five seeds against 300 s (the fixed point at the objective). Read against
+    # the poll before it was put, the first front to wait the drain time proves half the speed.
+    assert _told(_spread_batch(), 0.5).wait_p99 < 0.7 * 300
 
 
 def _trusted(sc: Scenario) -> tuple[set[float | None], float | None]:

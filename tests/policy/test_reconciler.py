@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass, field, replace
 
 from controller.model.readings import Reason, ScaleEvent, SourceReading
@@ -127,6 +128,36 @@ async def test_history_is_kept_to_the_trend_window() -> None:
         clock.time += 10
     assert 3 <= len(reconciler.history) <= 5
     assert reconciler.history[-1].time - reconciler.history[1].time <= 30
+
+
+async def test_a_rule_that_learns_from_waits_keeps_polls_back_to_its_objective_thinned() -> None:
+    # A front message may wait up to the objective before its wait is read against the poll before it was put
+    # (docs/policy.md, *A wrong serviceTime*): polls back to the objective and a poll (610 s), every one of the
+    # trend window (60 s), about twelve beyond it.
+    clock = VirtualClock()
+    policy = {"targetWaitSeconds": "10m", "serviceTime": "2s", "trendWindow": "60s"}
+    reconciler = Reconciler(rule(policy=policy), [QueueSource([5])], MemoryTarget(), clock)
+    for _ in range(200):
+        await reconciler.tick()
+        clock.time += 10
+    times = [o.time for o in reconciler.history]
+    now = times[-1]
+    assert now - times[1] < 610 <= now - times[0]
+    assert [t for t in times if t >= now - 60] == [now - 10 * k for k in range(6, -1, -1)]
+    older = [t for t in times if t < now - 60]  # the last of them is the trend's, the poll before its window
+    assert 10 <= len(older) <= 14
+    assert min(b - a for a, b in itertools.pairwise(older[:-1])) >= (610 - 60) / 12
+
+
+async def test_a_rule_in_count_mode_keeps_only_the_trend_window() -> None:
+    clock = VirtualClock()
+    reconciler = Reconciler(rule(policy={"targetPerReplica": 5, "trendWindow": "60s"}), [QueueSource([5])],
+                            MemoryTarget(), clock)
+    for _ in range(200):
+        await reconciler.tick()
+        clock.time += 10
+    times = [o.time for o in reconciler.history]
+    assert times[-1] - times[0] <= 70
 
 
 @dataclass
