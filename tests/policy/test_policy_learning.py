@@ -18,6 +18,7 @@ from benchmarks.fidelity import SCENARIOS, rule_for
 from benchmarks.policy_suite import ROOT, our_rule
 from controller.commands.simulate import load_rules
 from controller.model.readings import Reason, ScaleEvent, ScalingMemory
+from controller.model.rule import QueueScalerSpec
 from controller.policy import raw_need, sizing, trend
 from controller.reconciler import TickResult
 from controller.simulator.adapters import RuleAutoscaler, TickRecorder
@@ -544,6 +545,33 @@ def test_the_live_fidelity_scenario_learns_from_its_first_bursts_wait(monkeypatc
     monkeypatch.setattr(controller.policy, "learn_throughput", lambda *args, **_: args[4])
     stated_only = desired()
     assert (stated_only[75], stated_only[80]) == (4, 4)
+
+
+def test_the_live_fidelity_scenario_with_a_long_objective_learns_from_a_wait_since_a_poll(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # benchmarks/scenarios/fidelity/fidelity-long-wait.yaml with its own rule: 4 messages a second from 20 s to
+    # 200 s, 2-second jobs two at a time, the rule told 1 second under a 3-minute objective (a 90 s drain time).
+    # Woken at 60 s with 160 counted, 2 replicas ready from 70 s take 2 a second: at 155 s the front message, put at
+    # about 62 s, has waited the drain time, and the 160 counted at 60 s (with the 20 the polls could not see) were
+    # taken in 170 replica-seconds, far short of the 272 that 0.8 x the statement takes: 0.92 a second a replica,
+    # trusted at half the statement, and 2 replicas become 5.
+    scenario_file = SCENARIOS / "fidelity-long-wait.yaml"
+    sc = load_scenario(str(scenario_file))
+    [rule] = load_rules([str(rule_for(scenario_file))])
+    assert rule.spec.history_seconds == 185 > rule.spec.policy.trend_window
+
+    def run() -> tuple[list[tuple[int, int, int]], Metrics]:
+        result = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0]
+        return result.scale_actions, result.metrics
+
+    actions, learning = run()
+    assert (155, 2, 5) in actions and learning.peak_replicas == 5
+    # With a trend window of polls, as before 2026-11-29, the front is older than the history: sized as stated.
+    monkeypatch.setattr(QueueScalerSpec, "history_seconds", property(lambda spec: spec.policy.trend_window))
+    _, stated = run()
+    assert stated.peak_replicas == 3
+    assert learning.wait_p99 < stated.wait_p99 - 30
 
 
 # ------------------------------------------------------------------------------------------------ failures
