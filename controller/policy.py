@@ -57,6 +57,7 @@ from controller.throughput import (
     ready_seconds_above,
     ready_steps,
     stated_throughput,
+    trend_window_polls,
     trusted_throughput,
 )
 
@@ -77,20 +78,17 @@ def polls_to_keep(spec: QueueScalerSpec, history: Sequence[Observation]) -> list
     A front message read against an earlier poll than the one just before its put, or with the next poll kept
     later than the next one made, gives a lower bound that is looser, never wrong: what that poll counted was
     ahead of the message all the same, and the arrivals the polls did not see are counted at their most."""
-    if not history:
-        return []
-    now = history[-1].time
-    trend_start = now - spec.policy.trend_window
-    start = now - spec.history_seconds
+    recent = trend_window_polls(history, spec.policy.trend_window)
+    older = history[:len(history) - len(recent)]
+    start = history[-1].time - spec.history_seconds if history else 0.0
     spacing = max(spec.polling_interval, (spec.history_seconds - spec.policy.trend_window) / OLDER_POLLS_KEPT)
     kept: list[Observation] = []
-    for index, poll in enumerate(history):
-        newer = history[index + 1].time if index + 1 < len(history) else math.inf
-        if newer < start:
+    for index, poll in enumerate(older):
+        if history[index + 1].time < start:
             continue  # older than the horizon, and not the last poll before it
-        if newer >= trend_start or not kept or poll.time - kept[-1].time >= spacing:
+        if not kept or poll.time - kept[-1].time >= spacing:
             kept.append(poll)
-    return kept
+    return [*kept, *recent]
 
 
 def trend(

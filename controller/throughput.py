@@ -133,18 +133,19 @@ def learn_from_wait(
     fronts = _polls_before_fronts(observation, history, now)
     if fronts is not None:
         bounds.append(_wait_since_poll(spec, observation, fronts, current, memory, now, startup, stated))
-    if _polls_before_fronts(observation, _trend_window_polls(spec, history), now) is None:
+    if _polls_before_fronts(observation, trend_window_polls(history, spec.policy.trend_window), now) is None:
         bounds.append(_settled_wait(spec, count, slope, current, memory, now, startup, stated, age, drain_time))
     bound = max((b for b in bounds if b is not None), default=None)
     return memory if bound is None else _remember_bound(spec, memory, stated, bound)
 
 
-def _trend_window_polls(spec: QueueScalerSpec, history: Sequence[Observation]) -> Sequence[Observation]:
-    """The polls of the history within a trend window of the last one, and the one before that window: what the
-    history held before it reached back to the objective, and where a settled wait is not read."""
+def trend_window_polls(history: Sequence[Observation], trend_window: float) -> Sequence[Observation]:
+    """The polls of `history` within a trend window of its last one, and the one before that window: what the
+    trend reads, and the history there was before it reached back to the objective (a settled wait is not read
+    for a front message put within it)."""
     if not history:
         return history
-    horizon = history[-1].time - spec.policy.trend_window
+    horizon = history[-1].time - trend_window
     first = 0
     while first + 1 < len(history) and history[first + 1].time < horizon:
         first += 1
