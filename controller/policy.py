@@ -177,6 +177,40 @@ def known_count(
 
 
 # --------------------------------------------------------------------------------------------------------------
+# Memory: the count's standing part that no replica holds
+
+# A standing part is learned only this long after the rule's last scale-in, or two service times if longer: the
+# messages killed workers held come back visible when their visibility timeout ends, which a worker sets longer
+# than a job, and counted before that they would read as standing.
+STANDING_AFTER_SCALE_IN = 900.0
+
+
+def remember_standing(
+    spec: QueueScalerSpec, count: float, current: int, memory: ScalingMemory, now: float, *, nothing_visible: bool
+) -> ScalingMemory:
+    """The memory with the count's standing part: messages counted that no replica holds and no peek sees.
+
+    Azure's approximate count includes messages put with a visibility delay (scheduled retries), which nothing
+    Azure answers tells from messages in flight. Where the in-flight floor reads them as work, every replica a
+    burst raised stays while they stand (holdout-scheduled-retries: 23 replicas for hours of 2 replicas' work). At
+    a poll where nothing is visible, the count less every slot of the current replicas is a lower bound of that
+    part; the rule keeps the largest such bound seen at polls long enough after its last scale-in
+    (STANDING_AFTER_SCALE_IN), never above any count since (what is counted holds at least what stands). Only the
+    in-flight floor reads it (`raw_need`): a standing part read too high can stop busy workers, never leave a
+    backlog unsized. Where messagesPerReplica is unknown there is no floor, and nothing is kept."""
+    size = sizing(spec, learned_throughput=memory.learned_throughput)
+    if size.per_replica is None:
+        return memory if memory.standing is None else replace(memory, standing=None)
+    level = min(memory.standing or 0.0, count)
+    job = size.per_replica / size.throughput if size.throughput else 0.0
+    after = memory.last_scale_down
+    if nothing_visible and (after is None or now - after >= max(STANDING_AFTER_SCALE_IN, 2 * job)):
+        level = max(level, count - size.per_replica * current)
+    standing = float(level) if level > 0 else None
+    return memory if standing == memory.standing else replace(memory, standing=standing)
+
+
+# --------------------------------------------------------------------------------------------------------------
 # Decision
 
 
@@ -556,6 +590,7 @@ def raw_need(
     starting: float = 0.0,
     busy: int | None = None,
     usual_busy: float | None = None,
+    standing: float = 0.0,
 ) -> float:
     """Replicas the count asks for, unrounded, before tolerance and limits.
 
@@ -569,7 +604,8 @@ def raw_need(
     messagesPerReplica is known (and always in rate mode), the approximate count's in-flight part (at most
     messagesPerReplica per current replica, or per `busy` replica where the caller knows which will be busy, see
     `busy_replicas`) keeps its replicas: the need never drops below the replicas that are busy, so a scale-in
-    never counts on busy workers being idle. `usual_busy`, the replicas the last hour's mean in flight keeps busy,
+    never counts on busy workers being idle; `standing`, the count's part no replica holds (`remember_standing`),
+    is not read as in flight. `usual_busy`, the replicas the last hour's mean in flight keeps busy,
     says how close the load runs to maxReplicas (`target_under_cap`).
     """
     size = sizing(spec, measured_startup, learned_throughput=learned_throughput)
@@ -580,7 +616,7 @@ def raw_need(
     target = size.target
     if size.per_replica is not None:
         held = current if busy is None else busy
-        busy_need = kills.in_flight(count, held, size.per_replica) / size.per_replica
+        busy_need = kills.in_flight(max(0.0, count - standing), held, size.per_replica) / size.per_replica
         if usual_busy is not None:
             target = target_under_cap(spec, size, usual_busy)
         return max(projected / target, busy_need)
@@ -691,6 +727,7 @@ def decide(
     memory = learn_from_wait(spec, observation, history, count, slope, current, memory, now, startup, drain_time)
     memory = remember_burst(spec, count, history, memory, now, measured_startup)
     memory = kills.remember_in_flight(spec, count, current, stated.per_replica, memory, now)
+    memory = remember_standing(spec, count, current, memory, now, nothing_visible=nothing_visible)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
 
 
@@ -774,7 +811,7 @@ def _on_count(
     usual_busy = (memory.in_flight_mean[2] / size.per_replica
                   if memory.in_flight_mean is not None and size.per_replica else None)
     need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned, starting=work,
-                    busy=busy, usual_busy=usual_busy)
+                    busy=busy, usual_busy=usual_busy, standing=memory.standing or 0.0)
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False
@@ -810,6 +847,9 @@ def _on_count(
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
+    if memory.standing and size.per_replica is not None and count > size.per_replica * current - memory.standing:
+        summary += (f" (about {_n(round(memory.standing))} of the count held by no replica, as polls with nothing "
+                    f"visible showed: not counted as in flight)")
     if starting:
         summary += f" (the trend less what {plural(starting, 'replica')} still starting will take)"
     if readying is not None:

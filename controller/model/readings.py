@@ -131,6 +131,10 @@ class ScalingMemory:
     # Only for counting the replicas that worked (controller/throughput.py); the step limits and cooldowns count
     # the rule's own scales, as the HPA counts its own.
     hand_scales: tuple[ScaleEvent, ...] = ()
+    # Messages of the approximate count that no replica holds and no peek sees (messages put with a visibility
+    # delay: scheduled retries), learned at polls where nothing was visible (controller/policy.py,
+    # `remember_standing`); None when none was seen.
+    standing: float | None = None
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was really scaled (call only once the write succeeded)."""
@@ -178,6 +182,7 @@ class ScalingMemory:
             "inFlightMean": None if self.in_flight_mean is None else list(self.in_flight_mean),
             "stopped": None if self.stopped is None else list(self.stopped),
             "handScales": [[e.time, e.from_replicas, e.to_replicas] for e in self.hand_scales],
+            "standing": self.standing,
         }
 
     @classmethod
@@ -206,6 +211,7 @@ class ScalingMemory:
                 in_flight_mean=_triple(data.get("inFlightMean")),
                 stopped=_pair(data.get("stopped")),
                 hand_scales=_events(data.get("handScales")),
+                standing=_time(data.get("standing")),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None

@@ -1,0 +1,103 @@
+"""The count's standing part that no replica holds: messages put with a visibility delay (scheduled retries) are in
+Azure's approximate count, and the in-flight floor must not read them as busy workers (docs/policy.md, *In-flight
+work keeps its replicas*)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.policy_suite import HOLDOUT, our_rule
+from controller import policy
+from controller.model.readings import ScalingMemory
+from controller.policy import STANDING_AFTER_SCALE_IN, raw_need, remember_standing
+from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.run import Contender, Metrics, simulate
+from controller.simulator.scenario import load_scenario
+from tests.policy_helpers import Run, make_spec
+
+# Four 2 s jobs a pod, a 45 s objective: a replica is sized for 4 + 2 x 22.5 = 49 messages.
+SCHEDULED = {"targetWaitSeconds": 45, "serviceTime": "2s", "messagesPerReplica": 4, "onScaleIn": "kill",
+             "scaleDown": {"delay": 0}}
+
+
+def test_a_count_standing_while_nothing_is_visible_does_not_hold_the_replicas_a_burst_raised() -> None:
+    # 3 replicas serve a stream while 240 retries wait out their delay: the count is 246 and peeks find nothing.
+    # A burst then raises 23; once it is worked off the count is 246 again with nothing visible. Read as in flight,
+    # 246 fills all 23 replicas' 92 slots and holds them; 234 of it was shown to stand where 3 replicas had 12 slots.
+    run = Run(make_spec(policy=SCHEDULED), current=3)
+    for t in range(0, 600, 10):
+        run.tick(float(t), 246, ages=(0.0,))
+    assert run.memory.standing == 234
+    run.current = 23
+    decision = run.tick(600.0, 246, ages=(0.0,))
+    # The need is the count as backlog (246 / 49 = 5.02), no longer the 23 replicas the count would fill.
+    assert decision.desired == 6
+    assert "about 234 of the count held by no replica" in decision.message
+    # Without the standing part, the floor keeps all 23 (what the rule did before).
+    assert raw_need(make_spec(policy=SCHEDULED), 246, 0.0, 23) == pytest.approx(23.0)
+    assert raw_need(make_spec(policy=SCHEDULED), 246, 0.0, 23, standing=234) == pytest.approx(246 / 49)
+
+
+def test_the_standing_part_is_learned_only_where_nothing_is_visible_and_long_after_a_scale_in() -> None:
+    spec = make_spec(policy=SCHEDULED)
+    empty = ScalingMemory()
+    # Something visible: the count's excess over the slots may be waiting work.
+    assert remember_standing(spec, 246, 3, empty, 1000.0, nothing_visible=False).standing is None
+    assert remember_standing(spec, 246, 3, empty, 1000.0, nothing_visible=True).standing == 234
+    # Within STANDING_AFTER_SCALE_IN of a scale-in, killed workers' messages may still be invisible.
+    after_scale_in = replace(empty, last_scale_down=1000.0)
+    assert remember_standing(spec, 246, 3, after_scale_in, 1000.0 + STANDING_AFTER_SCALE_IN - 10,
+                             nothing_visible=True).standing is None
+    assert remember_standing(spec, 246, 3, after_scale_in, 1000.0 + STANDING_AFTER_SCALE_IN,
+                             nothing_visible=True).standing == 234
+    # Twenty-minute jobs: their visibility timeout is longer than a job, so two jobs' time must pass.
+    long_jobs = make_spec(policy={**SCHEDULED, "serviceTime": "20m"})
+    assert remember_standing(long_jobs, 246, 3, after_scale_in, 1000.0 + 2400 - 10,
+                             nothing_visible=True).standing is None
+    assert remember_standing(long_jobs, 246, 3, after_scale_in, 1000.0 + 2400,
+                             nothing_visible=True).standing == 234
+
+
+def test_the_standing_part_never_exceeds_a_count_since_and_is_forgotten_at_zero() -> None:
+    spec = make_spec(policy=SCHEDULED)
+    memory = replace(ScalingMemory(), standing=234.0)
+    # Something visible: nothing learned, but what is counted holds at least what stands.
+    assert remember_standing(spec, 200, 23, memory, 0.0, nothing_visible=False).standing == 200
+    assert remember_standing(spec, 0, 23, memory, 0.0, nothing_visible=False).standing is None
+    # A larger bound raises it; a smaller one leaves it.
+    assert remember_standing(spec, 300, 3, memory, 0.0, nothing_visible=True).standing == 288
+    unchanged = remember_standing(spec, 240, 2, memory, 0.0, nothing_visible=True)
+    assert unchanged is memory
+
+
+def test_count_mode_without_messages_per_replica_keeps_no_standing_part() -> None:
+    spec = make_spec(policy={"targetPerReplica": 5})
+    memory = replace(ScalingMemory(), standing=10.0)
+    assert remember_standing(spec, 246, 3, memory, 0.0, nothing_visible=True).standing is None
+
+
+def test_memory_with_a_standing_part_round_trips_through_json() -> None:
+    memory = replace(ScalingMemory(), standing=234.0)
+    assert ScalingMemory.from_json(json.loads(json.dumps(memory.to_json()))) == memory
+    with pytest.raises(ValueError, match="memory"):
+        ScalingMemory.from_json({"standing": "many"})
+
+
+def test_the_held_out_scheduled_retries_release_what_their_bursts_raised(monkeypatch: pytest.MonkeyPatch) -> None:
+    # holdout-scheduled-retries: 0.8 retries a second put five minutes ahead and waves of 600 put two minutes
+    # ahead, on 2 s jobs four a pod. Before, the floor held every replica a wave raised for the rest of the run.
+    scenario = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-scheduled-retries")))
+    rule = our_rule(scenario)
+
+    def run() -> Metrics:
+        contender = Contender("q", lambda world: RuleAutoscaler("q", rule, world, scenario.start_epoch))
+        return simulate(scenario, [contender])[0].metrics
+
+    ours = run()
+    monkeypatch.setattr(policy, "remember_standing", lambda *args, **_: args[3])  # the memory, unchanged
+    before = run()
+    assert ours.wait_p99 <= scenario.slo_wait
+    assert ours.worker_seconds < 0.4 * before.worker_seconds
