@@ -23,7 +23,8 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 The memory is what must survive a restart (it lives in the rule's status): recommendation runs, scale events,
 last scale times, when the queue went inactive, consecutive failures, the throughput drains and waits showed, where the
 current drain started, the last counts of failing sources, the bursts seen, and where pods are killed the account
-of what scale-ins stopped (the hour's mean in flight, rewritten only when it moved by a tenth). It changes only
+of what scale-ins stopped (the hour's mean in flight, rewritten only when it moved by a tenth), and what stands in
+the count held by no replica (polls with nothing visible bound it). It changes only
 when one of those does, so an operator writes status only when something happened.
 """
 

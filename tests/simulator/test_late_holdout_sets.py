@@ -1,7 +1,7 @@
-"""Issue 18: the fifth to ninth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c, d584a70),
-run first with the policy unchanged and then moved into the suite (docs/benchmarks.md, *The fifth held-out set*,
-*The sixth held-out set*, *The seventh held-out set*, *The eighth held-out set*, *The ninth held-out set*). They must stay in the suite
-under their own names, on seeds no other scenario draws."""
+"""Issue 18: the fifth to tenth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
+d584a70, 2fd804a), run first with the policy unchanged and then moved into the suite (docs/benchmarks.md, *The fifth
+held-out set* to *The tenth held-out set*). They must stay in the suite under their own names, on seeds no other
+scenario draws."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ SETS = {
     "seventh": ("capped-peak", "grace-drain", "iot-metronome", "partner-trace", "startup-over-slo", "three-queues"),
     "eighth": ("backlog-install", "sparse-jobs", "square-wave", "ticket-sale", "viral-growth", "weekend-lull"),
     "ninth": ("firehose", "irregular-bursts", "pdf-ocr", "release-ebb", "wait-under-job", "web-and-batch"),
+    "tenth": ("blast-decay", "hourly-drain", "lunch-dip", "release-fanout", "slow-release", "small-kill"),
 }
 PATHS = {name: [ROOT / "benchmarks" / "scenarios" / f"holdout-{s}.yaml" for s in scenarios]
          for name, scenarios in SETS.items()}
