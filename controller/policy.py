@@ -848,7 +848,7 @@ def _on_count(
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
-    if memory.standing and size.per_replica is not None and count > size.per_replica * current - memory.standing:
+    if memory.standing and size.per_replica is not None and count - memory.standing < size.per_replica * current:
         summary += (f" (about {_n(round(memory.standing))} of the count held by no replica, as polls with nothing "
                     f"visible showed: not counted as in flight)")
     if starting:
