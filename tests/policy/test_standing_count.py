@@ -55,6 +55,12 @@ def test_the_standing_part_is_learned_only_where_nothing_is_visible_and_long_aft
                              nothing_visible=True).standing is None
     assert remember_standing(spec, 246, 3, after_scale_in, 1000.0 + STANDING_AFTER_SCALE_IN,
                              nothing_visible=True).standing == 234
+    # A scale-in by hand (kubectl scale) kills workers too.
+    by_hand = empty.with_hand_scale(1000.0, 6, 3)
+    assert remember_standing(spec, 246, 3, by_hand, 1500.0, nothing_visible=True).standing is None
+    assert remember_standing(spec, 246, 3, by_hand, 1900.0, nothing_visible=True).standing == 234
+    assert remember_standing(spec, 246, 3, empty.with_hand_scale(1000.0, 3, 6), 1500.0,
+                             nothing_visible=True).standing == 234
     # Twenty-minute jobs: their visibility timeout is longer than a job, so two jobs' time must pass.
     long_jobs = make_spec(policy={**SCHEDULED, "serviceTime": "20m"})
     assert remember_standing(long_jobs, 246, 3, after_scale_in, 1000.0 + 2400 - 10,
