@@ -486,6 +486,39 @@ def _quiet_release(
     return None
 
 
+# Work counted at the first polls after going to zero this often within EARLY_WAKE_WINDOW keeps one replica up
+# where a cold start misses the objective (`stays_awake`). A day: while the replica stays up, nothing the polls
+# count renews the evidence (they count zero, as before), so an hour's memory went to zero again each hour.
+EARLY_WAKES = 2
+EARLY_WAKE_WINDOW = 86400.0
+
+
+def remember_early_wake(
+    spec: QueueScalerSpec, memory: ScalingMemory, now: float, current: int, active: bool
+) -> ScalingMemory:
+    """The memory with this poll among the early wakes if it is the first to count work since the rule went to
+    zero and came within two polls of it; wakes older than EARLY_WAKE_WINDOW are forgotten, and only the last
+    EARLY_WAKES are kept.
+
+    A queue whose work comes between polls (a producer flushing every 20 s, polled every 10 s at moments its
+    workers have just emptied it) counts zero at every poll while its replica works, so the rule goes to zero,
+    and the next poll counts what gathered since: the work never stopped, the polls missed it."""
+    kept = tuple(t for t in memory.early_wakes if now - t < EARLY_WAKE_WINDOW)
+    went = memory.last_scale_down
+    if (active and current == 0 and memory.pending_since is None and went is not None
+            and now - went <= 2 * spec.polling_interval):
+        kept = (*kept, now)[-EARLY_WAKES:]
+    return memory if kept == memory.early_wakes else replace(memory, early_wakes=kept)
+
+
+def stays_awake(spec: QueueScalerSpec, memory: ScalingMemory, measured_startup: float | None = None) -> bool:
+    """Whether an inactive rule keeps one replica instead of going to zero: where a cold start misses the
+    objective (each wake makes the work that gathered wait a poll and a start-up) and work was counted at the first
+    polls after going to zero EARLY_WAKES times within the hour (`remember_early_wake`)."""
+    cold = cold_start(spec, measured_startup)
+    return cold is not None and not cold.fits and len(memory.early_wakes) >= EARLY_WAKES
+
+
 def readies_bursts(spec: QueueScalerSpec, measured_startup: float | None = None) -> bool:
     """Whether the rule readies replicas for bursts that recur: where a cold start misses the objective (rate
     mode with `targetWaitSeconds`), so that only replicas ready before a burst can meet it, unless the rule says
@@ -820,6 +853,8 @@ def _on_count(
     to_zero = False
     deferred = False
     pending_since = None
+    memory = remember_early_wake(spec, memory, now, current, active)
+    awake = False
     if active and current == 0:
         # Rate mode knows how long work may wait: a trickle too small for a replica (need < 1) waits, up to the
         # drain time, for company, instead of waking a pod for every message.
@@ -833,7 +868,8 @@ def _on_count(
     elif current == 0:
         recommended = 0
     elif bounds.minimum == 0 and inactive_since is not None and now - inactive_since >= to_zero_delay:
-        recommended, to_zero = 0, True
+        awake = stays_awake(spec, memory, measured_startup)
+        recommended, to_zero = (max(recommended, 1), False) if awake else (0, True)
     else:
         recommended = max(recommended, 1)
     readying = ready_for_burst(spec, memory, now, size, measured_startup)
@@ -930,6 +966,7 @@ def _on_count(
         readying=readying is not None,
         quiet=None if quiet is None else (quiet[1], release_delay),
         floor=None if floor is None or to_zero else floor,
+        awake=awake,
     )
     return replace(
         base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
@@ -971,6 +1008,7 @@ def _explain(
     readying: bool = False,
     quiet: tuple[float, float] | None = None,
     floor: kills.StopFloor | None = None,
+    awake: bool = False,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
     by_schedule = f" (schedules: {', '.join(bounds.schedules)})" if bounds.schedules else ""
@@ -1031,6 +1069,10 @@ def _explain(
         )
     if not active and current == 0:
         return Reason.INACTIVE, f"at or below the activation threshold {_n(spec.policy.activation_threshold)}"
+    if awake and final == current:
+        return Reason.HELD_BY_STABILIZATION, (
+            f"inactive, but work was counted at the first polls after going to zero {EARLY_WAKES} times within "
+            f"a day, and a cold start misses the objective: {keep}")
     if not active and bounds.minimum == 0 and inactive_since is not None:
         left = to_zero_delay - (now - inactive_since)
         return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {duration(max(0.0, left))}"

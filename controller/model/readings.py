@@ -135,6 +135,9 @@ class ScalingMemory:
     # delay: scheduled retries), learned at polls where nothing was visible (controller/policy.py,
     # `remember_standing`); None when none was seen.
     standing: float | None = None
+    # Times when work was counted at the first polls after the rule went to zero (controller/policy.py,
+    # `remember_early_wake`), the last hour's.
+    early_wakes: tuple[float, ...] = ()
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was really scaled (call only once the write succeeded)."""
@@ -183,6 +186,7 @@ class ScalingMemory:
             "stopped": None if self.stopped is None else list(self.stopped),
             "handScales": [[e.time, e.from_replicas, e.to_replicas] for e in self.hand_scales],
             "standing": self.standing,
+            "earlyWakes": list(self.early_wakes),
         }
 
     @classmethod
@@ -212,6 +216,7 @@ class ScalingMemory:
                 stopped=_pair(data.get("stopped")),
                 hand_scales=_events(data.get("handScales")),
                 standing=_time(data.get("standing")),
+                early_wakes=tuple(_number(t) for t in _list(data.get("earlyWakes"))),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None
@@ -243,6 +248,14 @@ def _drain(value: object) -> tuple[float, float, float] | None:
 def _triple(value: object) -> tuple[float, float, float] | None:
     row = _numbers(value, 3)
     return None if row is None else (row[0], row[1], row[2])
+
+
+def _list(value: object) -> list[object]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError("expected a list")
+    return value
 
 
 def _rows(value: object, width: int) -> list[list[object]]:

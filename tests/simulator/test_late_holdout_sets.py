@@ -1,7 +1,7 @@
-"""Issue 18: the fifth to tenth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
-d584a70, 2fd804a), run first with the policy unchanged and then moved into the suite (docs/benchmarks.md, *The fifth
-held-out set* to *The tenth held-out set*). They must stay in the suite under their own names, on seeds no other
-scenario draws."""
+"""Issue 18: the fifth to eleventh held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
+d584a70, 2fd804a, 1a08630), run first with the policy unchanged and then moved into the suite (docs/benchmarks.md,
+*The fifth held-out set* to *The eleventh held-out set*). They must stay in the suite under their own names, on
+seeds no other scenario draws."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ SETS = {
     "eighth": ("backlog-install", "sparse-jobs", "square-wave", "ticket-sale", "viral-growth", "weekend-lull"),
     "ninth": ("firehose", "irregular-bursts", "pdf-ocr", "release-ebb", "wait-under-job", "web-and-batch"),
     "tenth": ("blast-decay", "hourly-drain", "lunch-dip", "release-fanout", "slow-release", "small-kill"),
+    "eleventh": ("chatty-producer", "dlq-replay", "failover", "gpu-batch", "month-end", "reminders"),
 }
 PATHS = {name: [ROOT / "benchmarks" / "scenarios" / f"holdout-{s}.yaml" for s in scenarios]
          for name, scenarios in SETS.items()}

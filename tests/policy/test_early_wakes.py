@@ -1,0 +1,90 @@
+"""Work the polls miss: a queue whose producer flushes between polls counts zero at every poll while its replica
+works, so a rule goes to zero and finds the work gathered at its next poll. Where a cold start misses the objective,
+two such early wakes within a day keep one replica up (docs/policy.md, *Going to zero*)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.policy_suite import HOLDOUT, our_rule
+from controller import policy
+from controller.model.readings import Reason, ScalingMemory
+from controller.policy import EARLY_WAKE_WINDOW, remember_early_wake, stays_awake
+from controller.simulator.adapters import RuleAutoscaler
+from controller.simulator.run import Contender, Metrics, simulate
+from controller.simulator.scenario import load_scenario
+from tests.policy_helpers import Run, make_spec
+
+# Half-second jobs eight to a pod under a 15 s objective: a cold start (a 10 s poll, a 10 s start-up) misses it.
+CHATTY = {"targetWaitSeconds": 15, "serviceTime": "500ms", "messagesPerReplica": 8, "startupTime": "10s"}
+
+
+def test_an_early_wake_is_work_counted_at_the_first_polls_after_going_to_zero() -> None:
+    spec = make_spec(policy=CHATTY)
+    zero_at_100 = replace(ScalingMemory(), last_scale_down=100.0)
+    assert remember_early_wake(spec, zero_at_100, 110.0, 0, True).early_wakes == (110.0,)
+    assert remember_early_wake(spec, zero_at_100, 120.0, 0, True).early_wakes == (120.0,)
+    # Later than two polls: the queue was empty for a while.
+    assert remember_early_wake(spec, zero_at_100, 130.0, 0, True).early_wakes == ()
+    # Not active, or replicas up, or work already seen at zero (a deferred wake): nothing new.
+    assert remember_early_wake(spec, zero_at_100, 110.0, 0, False).early_wakes == ()
+    assert remember_early_wake(spec, zero_at_100, 110.0, 1, True).early_wakes == ()
+    assert remember_early_wake(spec, replace(zero_at_100, pending_since=105.0), 110.0, 0, True).early_wakes == ()
+    # The last two are kept, and none older than a day.
+    two = replace(zero_at_100, early_wakes=(10.0, 50.0))
+    assert remember_early_wake(spec, two, 110.0, 0, True).early_wakes == (50.0, 110.0)
+    assert remember_early_wake(spec, two, 50.0 + EARLY_WAKE_WINDOW, 3, False).early_wakes == ()
+
+
+def test_two_early_wakes_keep_a_replica_only_where_a_cold_start_misses_the_objective() -> None:
+    wakes = replace(ScalingMemory(), early_wakes=(10.0, 50.0))
+    assert stays_awake(make_spec(policy=CHATTY), wakes)
+    assert not stays_awake(make_spec(policy=CHATTY), replace(wakes, early_wakes=(50.0,)))
+    # A 60 s objective: a cold start fits, and a wake costs a start-up, not a late message.
+    assert not stays_awake(make_spec(policy={**CHATTY, "targetWaitSeconds": 60}), wakes)
+    # Count mode states no objective.
+    assert not stays_awake(make_spec(policy={"targetPerReplica": 5}), wakes)
+
+
+def test_a_rule_kept_awake_says_why_instead_of_going_to_zero() -> None:
+    run = Run(make_spec(policy={**CHATTY, "scaleToZeroDelay": "30s"}), current=1)
+    run.memory = replace(run.memory, early_wakes=(0.0, 50.0))
+    for t in range(100, 200, 10):
+        decision = run.tick(float(t), 0, ages=(0.0,))
+    assert decision.desired == 1
+    assert decision.reason == Reason.HELD_BY_STABILIZATION
+    assert "work was counted at the first polls after going to zero 2 times within a day" in decision.message
+    # Without the wakes the same polls go to zero.
+    fresh = Run(make_spec(policy={**CHATTY, "scaleToZeroDelay": "30s"}), current=1)
+    assert [fresh.tick(float(t), 0, ages=(0.0,)).desired for t in range(100, 200, 10)][-1] == 0
+
+
+def test_memory_with_early_wakes_round_trips_through_json() -> None:
+    memory = replace(ScalingMemory(), early_wakes=(10.0, 50.5))
+    assert ScalingMemory.from_json(json.loads(json.dumps(memory.to_json()))) == memory
+    with pytest.raises(ValueError, match="memory"):
+        ScalingMemory.from_json({"earlyWakes": "often"})
+
+
+def test_the_held_out_chatty_producer_meets_its_objective_once_its_early_wakes_keep_a_replica(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # holdout-chatty-producer: 60 messages flushed every 20 s at :03, :23, :43, worked off within 4 s, so every
+    # 10 s poll counts zero. Before, the rule went to zero after each 5 minutes of empty polls and the next poll
+    # found 120 waiting for a 10 s start-up: p99 30 s against 15 s.
+    scenario = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-chatty-producer")))
+    rule = our_rule(scenario)
+
+    def run() -> Metrics:
+        contender = Contender("q", lambda world: RuleAutoscaler("q", rule, world, scenario.start_epoch))
+        return simulate(scenario, [contender])[0].metrics
+
+    awake = run()
+    assert awake.wait_p99 <= scenario.slo_wait
+    monkeypatch.setattr(policy, "stays_awake", lambda *_, **__: False)
+    before = run()
+    assert before.wait_p99 > scenario.slo_wait
+    assert awake.worker_seconds <= 1.1 * before.worker_seconds
