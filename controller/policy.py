@@ -11,7 +11,8 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
    `lookahead` projects a growing backlog forward;
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
-   where a cold start misses `targetWaitSeconds`, replicas readied for a burst that recurs at a steady period;
+   where a cold start misses `targetWaitSeconds`, replicas readied for a burst that recurs at a steady period, and
+   one replica kept where work was counted at the first polls after going to zero twice within a day;
 6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down); where pods are
    killed and the last hour's scale-ins stopped more than the objective's budget, a release waits for a quiet
    poll and keeps the steady level's replicas (controller/kills.py);
@@ -24,7 +25,7 @@ The memory is what must survive a restart (it lives in the rule's status): recom
 last scale times, when the queue went inactive, consecutive failures, the throughput drains and waits showed, where the
 current drain started, the last counts of failing sources, the bursts seen, and where pods are killed the account
 of what scale-ins stopped (the hour's mean in flight, rewritten only when it moved by a tenth), and what stands in
-the count held by no replica (polls with nothing visible bound it). It changes only
+the count held by no replica (polls with nothing visible bound it), and the last early wakes. It changes only
 when one of those does, so an operator writes status only when something happened.
 """
 
