@@ -515,7 +515,7 @@ def remember_early_wake(
 def stays_awake(spec: QueueScalerSpec, memory: ScalingMemory, measured_startup: float | None = None) -> bool:
     """Whether an inactive rule keeps one replica instead of going to zero: where a cold start misses the
     objective (each wake makes the work that gathered wait a poll and a start-up) and work was counted at the first
-    polls after going to zero EARLY_WAKES times within the hour (`remember_early_wake`)."""
+    polls after going to zero EARLY_WAKES times within a day (`remember_early_wake`)."""
     cold = cold_start(spec, measured_startup)
     return cold is not None and not cold.fits and len(memory.early_wakes) >= EARLY_WAKES
 
