@@ -9,8 +9,10 @@ from dataclasses import replace
 
 import pytest
 
+from benchmarks.fidelity import SCENARIOS, rule_for
 from benchmarks.policy_suite import HOLDOUT, our_rule
 from controller import policy
+from controller.commands.simulate import load_rules
 from controller.model.readings import Reason, ScalingMemory
 from controller.policy import EARLY_WAKE_WINDOW, remember_early_wake, stays_awake
 from controller.simulator.adapters import RuleAutoscaler
@@ -88,3 +90,23 @@ def test_the_held_out_chatty_producer_meets_its_objective_once_its_early_wakes_k
     before = run()
     assert before.wait_p99 > scenario.slo_wait
     assert awake.worker_seconds <= 1.1 * before.worker_seconds
+
+
+def test_the_live_fidelity_scenario_of_flushes_stays_awake_after_two_early_wakes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # benchmarks/scenarios/fidelity/fidelity-flush.yaml with its own rule: 20 messages flushed every 10 s from 2 s,
+    # worked off within about 2 s, so the 5 s polls count zero; a scale-to-zero delay of 20 s. The rule wakes at
+    # 10 s, goes to zero at 40 s, is woken at 50 s (an early wake), again at 80 s and 90 s (the second), and then
+    # stays at one replica; without the early wakes it goes to zero every 40 s.
+    scenario_file = SCENARIOS / "fidelity-flush.yaml"
+    sc = load_scenario(str(scenario_file))
+    [rule] = load_rules([str(rule_for(scenario_file))])
+
+    def run() -> list[tuple[int, int, int]]:
+        return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0].scale_actions
+
+    assert run() == [(10, 0, 1), (40, 1, 0), (50, 0, 1), (80, 1, 0), (90, 0, 1)]
+    monkeypatch.setattr(policy, "stays_awake", lambda *_, **__: False)
+    cycling = run()
+    assert len(cycling) == 11 and cycling[-1] == (210, 0, 1)
