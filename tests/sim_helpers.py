@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.fidelity import SCENARIOS, rule_for
+from controller.commands.simulate import load_rules
 from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, parse_queuescaler
+from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, RunResult, simulate
-from controller.simulator.scenario import Scenario, parse_scenario
+from controller.simulator.scenario import Scenario, load_scenario, parse_scenario
 from controller.simulator.world import World
 
 
@@ -46,6 +49,18 @@ class ScaleAt:
 
 def run_scripted(sc: Scenario, plan: dict[int, int], **kwargs: Any) -> RunResult:
     return simulate(sc, [Contender("scripted", lambda w: ScaleAt(w, plan), **kwargs)])[0]
+
+
+def run_rule(sc: Scenario, rule: QueueScaler) -> RunResult:
+    """`rule` through the reconciler and policy on `sc`, as `queuescale simulate` runs it."""
+    return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0]
+
+
+def fidelity_scenario(name: str) -> tuple[Scenario, QueueScaler]:
+    """benchmarks/scenarios/fidelity/fidelity-NAME.yaml and the rule benchmarks/fidelity.py runs it with."""
+    path = SCENARIOS / f"fidelity-{name}.yaml"
+    [rule] = load_rules([str(rule_for(path))])
+    return load_scenario(str(path)), rule
 
 
 class FakeWorld:

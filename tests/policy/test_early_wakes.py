@@ -9,16 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.fidelity import SCENARIOS, rule_for
 from benchmarks.policy_suite import HOLDOUT, our_rule
 from controller import policy
-from controller.commands.simulate import load_rules
 from controller.model.readings import Reason, ScalingMemory
 from controller.policy import EARLY_WAKE_WINDOW, remember_early_wake, stays_awake
-from controller.simulator.adapters import RuleAutoscaler
-from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import load_scenario
 from tests.policy_helpers import Run, make_spec
+from tests.sim_helpers import fidelity_scenario, run_rule
 
 # Half-second jobs eight to a pod under a 15 s objective: a cold start (a 10 s poll, a 10 s start-up) misses it.
 CHATTY = {"targetWaitSeconds": 15, "serviceTime": "500ms", "messagesPerReplica": 8, "startupTime": "10s"}
@@ -79,15 +76,10 @@ def test_the_held_out_chatty_producer_meets_its_objective_once_its_early_wakes_k
     # found 120 waiting for a 10 s start-up: p99 30 s against 15 s.
     scenario = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-chatty-producer")))
     rule = our_rule(scenario)
-
-    def run() -> Metrics:
-        contender = Contender("q", lambda world: RuleAutoscaler("q", rule, world, scenario.start_epoch))
-        return simulate(scenario, [contender])[0].metrics
-
-    awake = run()
+    awake = run_rule(scenario, rule).metrics
     assert awake.wait_p99 <= scenario.slo_wait
     monkeypatch.setattr(policy, "stays_awake", lambda *_, **__: False)
-    before = run()
+    before = run_rule(scenario, rule).metrics
     assert before.wait_p99 > scenario.slo_wait
     assert awake.worker_seconds <= 1.1 * before.worker_seconds
 
@@ -99,14 +91,8 @@ def test_the_live_fidelity_scenario_of_flushes_stays_awake_after_two_early_wakes
     # worked off within about 2 s, so the 5 s polls count zero; a scale-to-zero delay of 20 s. The rule wakes at
     # 10 s, goes to zero at 40 s, is woken at 50 s (an early wake), again at 80 s and 90 s (the second), and then
     # stays at one replica; without the early wakes it goes to zero every 40 s.
-    scenario_file = SCENARIOS / "fidelity-flush.yaml"
-    sc = load_scenario(str(scenario_file))
-    [rule] = load_rules([str(rule_for(scenario_file))])
-
-    def run() -> list[tuple[int, int, int]]:
-        return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0].scale_actions
-
-    assert run() == [(10, 0, 1), (40, 1, 0), (50, 0, 1), (80, 1, 0), (90, 0, 1)]
+    sc, rule = fidelity_scenario("flush")
+    assert run_rule(sc, rule).scale_actions == [(10, 0, 1), (40, 1, 0), (50, 0, 1), (80, 1, 0), (90, 0, 1)]
     monkeypatch.setattr(policy, "stays_awake", lambda *_, **__: False)
-    cycling = run()
+    cycling = run_rule(sc, rule).scale_actions
     assert len(cycling) == 11 and cycling[-1] == (210, 0, 1)

@@ -9,16 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.fidelity import SCENARIOS, rule_for
 from benchmarks.policy_suite import HOLDOUT, our_rule
 from controller import policy
-from controller.commands.simulate import load_rules
 from controller.model.readings import ScalingMemory
 from controller.policy import STANDING_AFTER_SCALE_IN, raw_need, remember_standing
-from controller.simulator.adapters import RuleAutoscaler
-from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import load_scenario
 from tests.policy_helpers import Run, make_spec
+from tests.sim_helpers import fidelity_scenario, run_rule
 
 # Four 2 s jobs a pod, a 45 s objective: a replica is sized for 4 + 2 x 22.5 = 49 messages.
 SCHEDULED = {"targetWaitSeconds": 45, "serviceTime": "2s", "messagesPerReplica": 4, "onScaleIn": "kill",
@@ -99,14 +96,9 @@ def test_the_held_out_scheduled_retries_release_what_their_bursts_raised(monkeyp
     # ahead, on 2 s jobs four a pod. Before, the floor held every replica a wave raised for the rest of the run.
     scenario = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-scheduled-retries")))
     rule = our_rule(scenario)
-
-    def run() -> Metrics:
-        contender = Contender("q", lambda world: RuleAutoscaler("q", rule, world, scenario.start_epoch))
-        return simulate(scenario, [contender])[0].metrics
-
-    ours = run()
+    ours = run_rule(scenario, rule).metrics
     monkeypatch.setattr(policy, "remember_standing", lambda *args, **_: args[3])  # the memory, unchanged
-    before = run()
+    before = run_rule(scenario, rule).metrics
     assert ours.wait_p99 <= scenario.slo_wait
     assert ours.worker_seconds < 0.4 * before.worker_seconds
 
@@ -118,18 +110,11 @@ def test_the_live_fidelity_scenario_with_standing_retries_releases_what_its_burs
     # and 0.5 a second scheduled two minutes ahead (about 60 standing from 120 s); 400 put at 150 s raise 8 replicas.
     # Once they are worked off the count is back to about 62 with nothing visible: 60 learned as standing at 1
     # replica, so 8 -> 2 -> 1; read as in flight, 62 fills the 8 replicas' 16 slots and holds them to the end.
-    scenario_file = SCENARIOS / "fidelity-standing.yaml"
-    sc = load_scenario(str(scenario_file))
-    [rule] = load_rules([str(rule_for(scenario_file))])
-
-    def run() -> tuple[list[tuple[int, int, int]], Metrics]:
-        result = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0]
-        return result.scale_actions, result.metrics
-
-    actions, ours = run()
-    assert (155, 1, 8) in actions and (200, 8, 2) in actions and actions[-1][2] == 1
+    sc, rule = fidelity_scenario("standing")
+    ours = run_rule(sc, rule)
+    assert (155, 1, 8) in ours.scale_actions and (200, 8, 2) in ours.scale_actions and ours.scale_actions[-1][2] == 1
     monkeypatch.setattr(policy, "remember_standing", lambda *args, **_: args[3])
-    held_actions, held = run()
-    assert held_actions[-1] == (155, 1, 8)
-    assert ours.worker_seconds < 0.5 * held.worker_seconds
-    assert ours.wait_p99 <= held.wait_p99
+    held = run_rule(sc, rule)
+    assert held.scale_actions[-1] == (155, 1, 8)
+    assert ours.metrics.worker_seconds < 0.5 * held.metrics.worker_seconds
+    assert ours.metrics.wait_p99 <= held.metrics.wait_p99
