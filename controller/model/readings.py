@@ -136,7 +136,7 @@ class ScalingMemory:
     # `remember_standing`); None when none was seen.
     standing: float | None = None
     # Times when work was counted at the first polls after the rule went to zero (controller/policy.py,
-    # `remember_early_wake`), the last hour's.
+    # `remember_early_wake`): the last two within a day.
     early_wakes: tuple[float, ...] = ()
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
@@ -251,6 +251,7 @@ def _triple(value: object) -> tuple[float, float, float] | None:
 
 
 def _list(value: object) -> list[object]:
+    """A stored list; None (an earlier version's memory) is an empty one."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -259,11 +260,11 @@ def _list(value: object) -> list[object]:
 
 
 def _rows(value: object, width: int) -> list[list[object]]:
-    if value is None:
-        return []
-    if not isinstance(value, list) or not all(isinstance(row, list) and len(row) == width for row in value):
+    rows = _list(value)
+    checked = [row for row in rows if isinstance(row, list) and len(row) == width]
+    if len(checked) != len(rows):
         raise ValueError(f"expected a list of {width}-item lists")
-    return value
+    return checked
 
 
 def _whole(value: object) -> int:
