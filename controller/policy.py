@@ -198,8 +198,9 @@ def remember_standing(
     a poll where nothing is visible, the count less every slot of the current replicas is a lower bound of that
     part; the rule keeps the largest such bound seen at polls long enough after the last scale-in, its own or one by
     hand that it still remembers (STANDING_AFTER_SCALE_IN), never above any count since (what is counted holds at
-    least what stands). Only the in-flight floor reads it (`raw_need`): a standing part read too high can stop busy
-    workers, never leave a backlog unsized. Where messagesPerReplica is unknown there is no floor, and nothing is
+    least what stands). Only the in-flight floor reads it (`raw_need`), and not at a poll where a message waited a
+    poll (every slot is then busy): a standing part read too high can stop busy workers, never leave a backlog
+    unsized. Where messagesPerReplica is unknown there is no floor, and nothing is
     kept."""
     size = sizing(spec, learned_throughput=memory.learned_throughput)
     if size.per_replica is None:
@@ -765,7 +766,12 @@ def decide(
     memory = remember_burst(spec, count, history, memory, now, measured_startup)
     memory = kills.remember_in_flight(spec, count, current, stated.per_replica, memory, now)
     memory = remember_standing(spec, count, current, memory, now, nothing_visible=nothing_visible)
-    return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup)
+    # A message that waited a poll proves every ready slot busy: a free one would have taken it. The count's
+    # in-flight part is then what the replicas hold, whatever part of it stands (the standing part may have come
+    # due: a campaign's wave scheduled hours ahead turns visible with the count unchanged).
+    waited = any((r.oldest_age or 0.0) >= spec.polling_interval for r in observation.readings)
+    return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup,
+                     standing=0.0 if waited else memory.standing or 0.0)
 
 
 def _on_failure(
@@ -833,7 +839,10 @@ def _on_count(
     count: float,
     slope: float | None,
     measured_startup: float | None,
+    standing: float = 0.0,
 ) -> Decision:
+    """The decision on a count. `standing`: the part of it the in-flight floor does not read as busy workers
+    (`remember_standing`); none on a failed poll, which never scales down anyway."""
     policy = spec.policy
     learned = memory.learned_throughput
     size = sizing(spec, measured_startup, learned_throughput=learned)
@@ -848,7 +857,7 @@ def _on_count(
     usual_busy = (memory.in_flight_mean[2] / size.per_replica
                   if memory.in_flight_mean is not None and size.per_replica else None)
     need = raw_need(spec, count, slope, current, measured_startup, learned_throughput=learned, starting=work,
-                    busy=busy, usual_busy=usual_busy, standing=memory.standing or 0.0)
+                    busy=busy, usual_busy=usual_busy, standing=standing)
     within_tolerance = current > 0 and abs(need / current - 1.0) <= policy.tolerance
     recommended = current if within_tolerance else math.ceil(need - 1e-9)
     to_zero = False
@@ -887,8 +896,8 @@ def _on_count(
     if memory.pending_since != pending_since:
         memory = replace(memory, pending_since=pending_since)
     summary = _summary(spec, count, slope, need, size.throughput)
-    if memory.standing and size.per_replica is not None and count - memory.standing < size.per_replica * current:
-        summary += (f" (about {_n(round(memory.standing))} of the count held by no replica, as polls with nothing "
+    if standing and size.per_replica is not None and count - standing < size.per_replica * current:
+        summary += (f" (about {_n(round(standing))} of the count held by no replica, as polls with nothing "
                     f"visible showed: not counted as in flight)")
     if starting:
         summary += f" (the trend less what {plural(starting, 'replica')} still starting will take)"

@@ -40,6 +40,24 @@ def test_a_count_standing_while_nothing_is_visible_does_not_hold_the_replicas_a_
     assert raw_need(make_spec(policy=SCHEDULED), 246, 0.0, 23, standing=234) == pytest.approx(246 / 49)
 
 
+def test_a_message_that_waited_a_poll_proves_every_slot_busy_whatever_stands() -> None:
+    # As above, 234 learned as standing; then the count is 246 on 23 replicas while the peek finds a message that
+    # has waited. A free slot would have taken it, so all 23 replicas are busy: the standing part may have come due
+    # (the count does not change when a scheduled message turns visible) and is not subtracted at this poll.
+    def learned() -> Run:
+        run = Run(make_spec(policy=SCHEDULED), current=3)
+        for t in range(0, 600, 10):
+            run.tick(float(t), 246, ages=(0.0,))
+        run.current = 23
+        return run
+
+    waited = learned().tick(600.0, 246, ages=(10.0,))  # a poll's wait (pollingInterval 10 s)
+    assert waited.desired == 23
+    assert "held by no replica" not in waited.message
+    assert learned().tick(600.0, 246, ages=(9.0,)).desired == 6  # younger than a poll: it may have just come due
+    assert learned().tick(600.0, 246, ages=(None,)).desired == 6  # no age known (a redelivered front message)
+
+
 def test_the_standing_part_is_learned_only_where_nothing_is_visible_and_long_after_a_scale_in() -> None:
     spec = make_spec(policy=SCHEDULED)
     empty = ScalingMemory()
