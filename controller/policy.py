@@ -215,6 +215,13 @@ def remember_standing(
     return memory if standing == memory.standing else replace(memory, standing=standing)
 
 
+def front_waited(spec: QueueScalerSpec, observation: Observation) -> bool:
+    """Whether a peek found a message that waited a polling interval: a free slot would have taken it, so every
+    ready replica is busy, and the count's in-flight part is what they hold, whatever part of it stands (a
+    standing part may have come due: a wave scheduled hours ahead turns visible with the count unchanged)."""
+    return any((r.oldest_age or 0.0) >= spec.polling_interval for r in observation.readings)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # Decision
 
@@ -766,12 +773,8 @@ def decide(
     memory = remember_burst(spec, count, history, memory, now, measured_startup)
     memory = kills.remember_in_flight(spec, count, current, stated.per_replica, memory, now)
     memory = remember_standing(spec, count, current, memory, now, nothing_visible=nothing_visible)
-    # A message that waited a poll proves every ready slot busy: a free one would have taken it. The count's
-    # in-flight part is then what the replicas hold, whatever part of it stands (the standing part may have come
-    # due: a campaign's wave scheduled hours ahead turns visible with the count unchanged).
-    waited = any((r.oldest_age or 0.0) >= spec.polling_interval for r in observation.readings)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup,
-                     standing=0.0 if waited else memory.standing or 0.0)
+                     standing=0.0 if front_waited(spec, observation) else memory.standing or 0.0)
 
 
 def _on_failure(
