@@ -153,3 +153,22 @@ def test_the_live_fidelity_scenario_with_standing_retries_releases_what_its_burs
     assert held.scale_actions[-1] == (155, 1, 8)
     assert ours.metrics.worker_seconds < 0.5 * held.metrics.worker_seconds
     assert ours.metrics.wait_p99 <= held.metrics.wait_p99
+
+
+def test_the_live_fidelity_scenario_with_a_block_come_due_holds_its_busy_replicas(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # benchmarks/scenarios/fidelity/fidelity-due.yaml with its own rule: 240 put at 20 s with a 2-minute delay, a
+    # stream of 0.3 a second, 1-3 s jobs two a pod on killed pods. The block is sized as backlog from 25 s (8
+    # replicas) and comes due at 140 s with the count unchanged; its waiting front proves the 8 busy, so they are
+    # released in one step once it is worked off. Read as standing once due, the floor let the rule kill busy
+    # workers while the block waited.
+    sc, rule = fidelity_scenario("due")
+    ours = run_rule(sc, rule)
+    assert (25, 0, 8) in ours.scale_actions and (180, 8, 1) in ours.scale_actions
+    assert not [a for a in ours.scale_actions if 25 < a[0] < 180]
+    monkeypatch.setattr(policy, "front_waited", lambda *_: False)
+    before = run_rule(sc, rule)
+    assert [a for a in before.scale_actions if 140 < a[0] < 180 and a[2] < a[1]]  # released while the block waited
+    assert ours.metrics.scale_in_duplicates < before.metrics.scale_in_duplicates
+    assert ours.metrics.wait_p99 < before.metrics.wait_p99
