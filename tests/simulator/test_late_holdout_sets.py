@@ -1,7 +1,7 @@
 """Issue 18: the fifth to twelfth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
 d584a70, 2fd804a, 1a08630, c8622dc), run first with the policy unchanged and then moved into the suite
-(docs/benchmarks.md, *The fifth held-out set* to *The twelfth held-out set*). They must stay in the suite under their own names, on
-seeds no other scenario draws."""
+(docs/benchmarks.md, *The fifth held-out set* to *The twelfth held-out set*). They must stay in the suite under
+their own names, on seeds no other scenario draws."""
 
 from __future__ import annotations
 
