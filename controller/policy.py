@@ -197,7 +197,7 @@ def remember_standing(
     burst raised stays while they stand (holdout-scheduled-retries: 23 replicas for hours of 2 replicas' work). At
     a poll where nothing is visible, the count less every slot of the current replicas is a lower bound of that
     part; the rule keeps the largest such bound seen at polls long enough after the last scale-in, its own or one by
-    hand that it still remembers (STANDING_AFTER_SCALE_IN), never above any count since (what is counted holds at
+    hand (STANDING_AFTER_SCALE_IN), never above any count since (what is counted holds at
     least what stands). Only the in-flight floor reads it (`raw_need`), and not at a poll where a message waited a
     poll (`front_waited`: every slot is then busy): a standing part read too high can stop busy workers, never leave
     a backlog unsized. Where messagesPerReplica is unknown there is no floor, and nothing is kept."""
@@ -206,8 +206,7 @@ def remember_standing(
         return memory if memory.standing is None else replace(memory, standing=None)
     level = min(memory.standing or 0.0, count)
     job = size.per_replica / size.throughput if size.throughput else 0.0
-    removals = [e.time for e in memory.hand_scales if e.to_replicas < e.from_replicas]
-    after = max([t for t in (memory.last_scale_down, *removals) if t is not None], default=None)
+    after = max([t for t in (memory.last_scale_down, memory.last_hand_scale_down) if t is not None], default=None)
     if nothing_visible and (after is None or now - after >= max(STANDING_AFTER_SCALE_IN, 2 * job)):
         level = max(level, count - size.per_replica * current)
     standing = float(level) if level > 0 else None

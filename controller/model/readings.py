@@ -131,6 +131,9 @@ class ScalingMemory:
     # Only for counting the replicas that worked (controller/throughput.py); the step limits and cooldowns count
     # the rule's own scales, as the HPA counts its own.
     hand_scales: tuple[ScaleEvent, ...] = ()
+    # When someone else last removed replicas: kept past `hand_scales`' short reach, as `last_scale_down` is for the
+    # rule's own, since what killed workers held stays invisible for their visibility timeout.
+    last_hand_scale_down: float | None = None
     # Messages of the approximate count that no replica holds and no peek sees (messages put with a visibility
     # delay: scheduled retries), learned at polls where nothing was visible (controller/policy.py,
     # `remember_standing`); None when none was seen.
@@ -151,7 +154,8 @@ class ScalingMemory:
     def with_hand_scale(self, time: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was seen scaled by someone else: a drain under way ends there."""
         event = ScaleEvent(time, from_replicas, to_replicas)
-        return replace(self, hand_scales=(*self.hand_scales, event), drain_from=None)
+        removed = time if to_replicas < from_replicas else self.last_hand_scale_down
+        return replace(self, hand_scales=(*self.hand_scales, event), drain_from=None, last_hand_scale_down=removed)
 
     @property
     def replica_events(self) -> tuple[ScaleEvent, ...]:
@@ -185,6 +189,7 @@ class ScalingMemory:
             "inFlightMean": None if self.in_flight_mean is None else list(self.in_flight_mean),
             "stopped": None if self.stopped is None else list(self.stopped),
             "handScales": [[e.time, e.from_replicas, e.to_replicas] for e in self.hand_scales],
+            "lastHandScaleDown": self.last_hand_scale_down,
             "standing": self.standing,
             "earlyWakes": list(self.early_wakes),
         }
@@ -215,6 +220,7 @@ class ScalingMemory:
                 in_flight_mean=_triple(data.get("inFlightMean")),
                 stopped=_pair(data.get("stopped")),
                 hand_scales=_events(data.get("handScales")),
+                last_hand_scale_down=_time(data.get("lastHandScaleDown")),
                 standing=_time(data.get("standing")),
                 early_wakes=tuple(_number(t) for t in _list(data.get("earlyWakes"))),
             )

@@ -84,6 +84,21 @@ def test_the_standing_part_is_learned_only_where_nothing_is_visible_and_long_aft
                              nothing_visible=True).standing == 234
 
 
+def test_a_scale_in_by_hand_holds_the_standing_part_back_after_the_history_forgets_it() -> None:
+    # The scales made by hand are kept only as far back as the history reaches (about 100 s here); what the workers
+    # a `kubectl scale` killed held stays invisible for their visibility timeout, so the wait after it is kept on.
+    run = Run(make_spec(policy=SCHEDULED), current=6)
+    run.memory = run.memory.with_hand_scale(1000.0, 6, 3)
+    run.current = 3
+    for t in range(1000, 1900, 10):
+        run.tick(float(t), 246, ages=(0.0,))
+        assert run.memory.standing is None, t
+    assert not run.memory.hand_scales  # pruned long before: the wait holds on its own time
+    run.tick(1900.0, 246, ages=(0.0,))
+    assert run.memory.standing == 246 - 4 * run.current  # learned once the wait is over
+    assert ScalingMemory.from_json(json.loads(json.dumps(run.memory.to_json()))) == run.memory
+
+
 def test_the_standing_part_never_exceeds_a_count_since_and_is_forgotten_at_zero() -> None:
     spec = make_spec(policy=SCHEDULED)
     memory = replace(ScalingMemory(), standing=234.0)
