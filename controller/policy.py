@@ -197,10 +197,10 @@ def remember_standing(
     burst raised stays while they stand (holdout-scheduled-retries: 23 replicas for hours of 2 replicas' work). At
     a poll where nothing is visible, the count less every slot of the current replicas is a lower bound of that
     part; the rule keeps the largest such bound seen at polls long enough after the last scale-in, its own or one by
-    hand (STANDING_AFTER_SCALE_IN), never above any count since (what is counted holds at
-    least what stands). Only the in-flight floor reads it (`raw_need`), and not at a poll where a message waited a
-    poll (`front_waited`: every slot is then busy): a standing part read too high can stop busy workers, never leave
-    a backlog unsized. Where messagesPerReplica is unknown there is no floor, and nothing is kept."""
+    hand (STANDING_AFTER_SCALE_IN), never above any count since (what is counted holds at least what stands). Only
+    the in-flight floor reads it (`raw_need`), and not at a poll where a message waited a poll (`front_waited`:
+    every slot is then busy): a standing part read too high can stop busy workers, never leave a backlog unsized.
+    Where messagesPerReplica is unknown there is no floor, and nothing is kept."""
     size = sizing(spec, learned_throughput=memory.learned_throughput)
     if size.per_replica is None:
         return memory if memory.standing is None else replace(memory, standing=None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.fidelity import SCENARIOS, rule_for
+from benchmarks.policy_suite import HOLDOUT
 from controller.commands.simulate import load_rules
 from controller.model.rule import API_GROUP, API_VERSION, KIND, QueueScaler, parse_queuescaler
 from controller.simulator.adapters import RuleAutoscaler
@@ -54,6 +55,11 @@ def run_scripted(sc: Scenario, plan: dict[int, int], **kwargs: Any) -> RunResult
 def run_rule(sc: Scenario, rule: QueueScaler) -> RunResult:
     """`rule` through the reconciler and policy on `sc`, as `queuescale simulate` runs it."""
     return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0]
+
+
+def holdout_scenario(name: str) -> Scenario:
+    """benchmarks/scenarios/NAME.yaml, a held-out scenario of the policy suite."""
+    return load_scenario(str(next(path for path in HOLDOUT if path.stem == name)))
 
 
 def fidelity_scenario(name: str) -> tuple[Scenario, QueueScaler]:

@@ -9,13 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.policy_suite import HOLDOUT, our_rule
+from benchmarks.policy_suite import our_rule
 from controller import policy
 from controller.model.readings import Reason, ScalingMemory
 from controller.policy import EARLY_WAKE_WINDOW, remember_early_wake, stays_awake
-from controller.simulator.scenario import load_scenario
 from tests.policy_helpers import Run, make_spec
-from tests.sim_helpers import fidelity_scenario, run_rule
+from tests.sim_helpers import fidelity_scenario, holdout_scenario, run_rule
 
 # Half-second jobs eight to a pod under a 15 s objective: a cold start (a 10 s poll, a 10 s start-up) misses it.
 CHATTY = {"targetWaitSeconds": 15, "serviceTime": "500ms", "messagesPerReplica": 8, "startupTime": "10s"}
@@ -74,7 +73,7 @@ def test_the_held_out_chatty_producer_meets_its_objective_once_its_early_wakes_k
     # holdout-chatty-producer: 60 messages flushed every 20 s at :03, :23, :43, worked off within 4 s, so every
     # 10 s poll counts zero. Before, the rule went to zero after each 5 minutes of empty polls and the next poll
     # found 120 waiting for a 10 s start-up: p99 30 s against 15 s.
-    scenario = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-chatty-producer")))
+    scenario = holdout_scenario("holdout-chatty-producer")
     rule = our_rule(scenario)
     awake = run_rule(scenario, rule).metrics
     assert awake.wait_p99 <= scenario.slo_wait

@@ -35,6 +35,7 @@ from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, load_scenario
 from tests.policy_helpers import Run, make_spec, seen
+from tests.sim_helpers import holdout_scenario
 
 HOLDOUT_LONG_BATCH = next(path for path in HOLDOUT if path.stem == "holdout-long-batch")
 
@@ -136,7 +137,7 @@ def test_a_held_out_burst_behind_a_long_start_up_asks_no_more_while_its_replicas
     # poll projecting the +2/s trend over another start-up; net of what the replicas starting will take (counted
     # at half their stated speed), it asks 37 (the arrivals alone keep 23.3 busy) and still meets the 5-minute
     # objective.
-    sc = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-slow-start")))
+    sc = holdout_scenario("holdout-slow-start")
     result = simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", our_rule(sc), w, sc.start_epoch))],
                       record_timeline=True)[0]
     assert result.metrics.wait_p99 <= sc.slo_wait

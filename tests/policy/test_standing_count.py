@@ -9,13 +9,12 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.policy_suite import HOLDOUT, our_rule
+from benchmarks.policy_suite import our_rule
 from controller import policy
 from controller.model.readings import ScalingMemory
 from controller.policy import STANDING_AFTER_SCALE_IN, raw_need, remember_standing
-from controller.simulator.scenario import load_scenario
 from tests.policy_helpers import Run, make_spec
-from tests.sim_helpers import fidelity_scenario, run_rule
+from tests.sim_helpers import fidelity_scenario, holdout_scenario, run_rule
 
 # Four 2 s jobs a pod, a 45 s objective: a replica is sized for 4 + 2 x 22.5 = 49 messages.
 SCHEDULED = {"targetWaitSeconds": 45, "serviceTime": "2s", "messagesPerReplica": 4, "onScaleIn": "kill",
@@ -127,7 +126,7 @@ def test_memory_with_a_standing_part_round_trips_through_json() -> None:
 def test_the_held_out_scheduled_retries_release_what_their_bursts_raised(monkeypatch: pytest.MonkeyPatch) -> None:
     # holdout-scheduled-retries: 0.8 retries a second put five minutes ahead and waves of 600 put two minutes
     # ahead, on 2 s jobs four a pod. Before, the floor held every replica a wave raised for the rest of the run.
-    scenario = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-scheduled-retries")))
+    scenario = holdout_scenario("holdout-scheduled-retries")
     rule = our_rule(scenario)
     ours = run_rule(scenario, rule).metrics
     monkeypatch.setattr(policy, "remember_standing", lambda *args, **_: args[3])  # the memory, unchanged
@@ -143,7 +142,7 @@ def test_the_held_out_campaign_waves_keep_busy_replicas_when_a_scheduled_wave_co
     # pods that hand their messages back on scale-in. When a wave comes due the count does not change; read as
     # standing, the floor released busy replicas while the wave's front waited minutes (58 duplicates, and told
     # serviceTime x0.5 a p99 of 1,222 s against the 1,200 s objective).
-    scenario = load_scenario(str(next(path for path in HOLDOUT if path.stem == "holdout-campaign-waves")))
+    scenario = holdout_scenario("holdout-campaign-waves")
     ours, halved = run_rule(scenario, our_rule(scenario)).metrics, run_rule(scenario, our_rule(scenario, 0.5)).metrics
     monkeypatch.setattr(policy, "front_waited", lambda *_: False)  # the floor as it was
     before = run_rule(scenario, our_rule(scenario)).metrics
