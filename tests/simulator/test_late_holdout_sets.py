@@ -1,6 +1,6 @@
-"""Issue 18: the fifth to twelfth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
-d584a70, 2fd804a, 1a08630, c8622dc), run first with the policy unchanged and then moved into the suite
-(docs/benchmarks.md, *The fifth held-out set* to *The twelfth held-out set*). They must stay in the suite under
+"""Issue 18: the fifth to thirteenth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
+d584a70, 2fd804a, 1a08630, c8622dc, 88255a0), run first with the policy unchanged and then moved into the suite
+(docs/benchmarks.md, *The fifth held-out set* to *The thirteenth held-out set*). They must stay in the suite under
 their own names, on seeds no other scenario draws."""
 
 from __future__ import annotations
@@ -20,6 +20,8 @@ SETS = {
     "tenth": ("blast-decay", "hourly-drain", "lunch-dip", "release-fanout", "slow-release", "small-kill"),
     "eleventh": ("chatty-producer", "dlq-replay", "failover", "gpu-batch", "month-end", "reminders"),
     "twelfth": ("archive-migration", "campaign-waves", "etl-outage", "fraud-checks", "sms-gateway", "trial-expiry"),
+    "thirteenth": ("backoff-retries", "image-ai", "ledger-export", "nightly-model", "over-provisioned",
+                   "quarterly-close"),
 }
 PATHS = {name: [ROOT / "benchmarks" / "scenarios" / f"holdout-{s}.yaml" for s in scenarios]
          for name, scenarios in SETS.items()}
