@@ -52,6 +52,7 @@ from controller.model.rule import (
 )
 from controller.model.textfmt import duration, plural
 from controller.throughput import (
+    CHANCE,
     DRAIN_MESSAGES,
     LEARNED_FLOOR,
     learn_from_wait,
@@ -543,18 +544,29 @@ def remember_burst(
     memory: ScalingMemory,
     now: float,
     measured_startup: float | None = None,
+    *,
+    current: int,
 ) -> ScalingMemory:
     """The memory with this poll's rise of the count remembered as (part of) a burst, where the rule readies
     replicas for bursts and the count rose by at least what one replica is sized for (and 20 messages) since the
     last poll. The rise is the count's, net of what the replicas completed meanwhile: a burst landing on another's
-    backlog, or taken in part by replicas readied for it, shows smaller (docs/policy.md, *Bursts that recur*)."""
+    backlog, or taken in part by replicas readied for it, shows smaller (docs/policy.md, *Bursts that recur*).
+
+    A rise within chance is no burst: steady arrivals and the `current` replicas' completions, up to `c` of each a
+    poll (`c` the completions at the throughput the sizing trusts), move the count by about `sqrt(2c)` from poll
+    to poll, so a rise must also exceed CHANCE such square roots. Without it, a count mostly in flight (up to 9
+    replicas of 32 slots, 8 s jobs) rose by a replica's 42 at 54 of 2,055 polls away from its bursts, and three
+    chance rises at one period made a series, readied for with all 20 replicas at 99 polls (holdout-image-ai:
+    204,500 worker-seconds against 168,440 without them, the same p99)."""
     if not readies_bursts(spec, measured_startup) or not history:
         return memory
     previous = history[-1].total(spec)
     if previous is None:
         return memory
     before = history[-2].total(spec) if len(history) > 1 else None
-    threshold = max(DRAIN_MESSAGES, sizing(spec, measured_startup, learned_throughput=memory.learned_throughput).target)
+    size = sizing(spec, measured_startup, learned_throughput=memory.learned_throughput)
+    churn = 2 * current * (size.throughput or 0.0) * (now - history[-1].time)
+    threshold = max(DRAIN_MESSAGES, size.target, CHANCE * math.sqrt(churn))
     bursts = recurring.remember(
         memory.bursts, now, count - previous, None if before is None else previous - before, threshold)
     return memory if bursts == memory.bursts else replace(memory, bursts=bursts)
@@ -768,7 +780,7 @@ def decide(
     memory = learn_throughput(spec, count, slope, current, memory, now, startup, drain_time,
                               nothing_visible=nothing_visible)
     memory = learn_from_wait(spec, observation, history, count, slope, current, memory, now, startup, drain_time)
-    memory = remember_burst(spec, count, history, memory, now, measured_startup)
+    memory = remember_burst(spec, count, history, memory, now, measured_startup, current=current)
     memory = kills.remember_in_flight(spec, count, current, stated.per_replica, memory, now)
     memory = remember_standing(spec, count, current, memory, now, nothing_visible=nothing_visible)
     return _on_count(spec, base, current, memory, now, bounds, count, slope, measured_startup,

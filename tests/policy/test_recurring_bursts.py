@@ -4,6 +4,7 @@ replicas are readied before them (docs/policy.md, *Bursts that recur*). Expectat
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,8 @@ from controller.model.rule import RecurringBursts
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import load_scenario
-from tests.policy_helpers import Run, make_spec
+from tests.policy_helpers import Run, make_spec, seen
+from tests.sim_helpers import holdout_scenario, run_rule
 
 # Eight slices at once per pod, half a second each (16 a second a replica); a slice may wait 30 s; a pod starts
 # in 20 s. A cold start is a poll, a start-up and a slice, 30.5 s: more than the objective.
@@ -166,3 +168,47 @@ def test_the_live_fidelity_scenario_has_replicas_ready_from_its_fourth_burst() -
     # burst lands. Reacting only, the trickle's one replica is all there is.
     assert ready_at_bursts("ready") == [0, 1, 1, 3, 3, 3]
     assert ready_at_bursts("ignore") == [0, 1, 1, 1, 1, 1]
+
+
+# Image tagging (holdout-image-ai's rule): 8 s jobs thirty-two to a pod (4 a second a replica) under a 5 s
+# objective on pods a minute to start; a replica is sized for 32 + 4 x 2.5 = 42 messages.
+IMAGE_AI = {"targetWaitSeconds": 5, "serviceTime": "8s", "messagesPerReplica": 32, "startupTime": "1m"}
+
+
+def _rise(current: int, rise: float) -> tuple[recurring.Burst, ...]:
+    spec = make_spec(policy=IMAGE_AI, maxReplicas=20)
+    history = [seen(0.0, 280), seen(10.0, 280)]
+    return policy.remember_burst(spec, 280 + rise, history, ScalingMemory(), 20.0, current=current).bursts
+
+
+def test_a_rise_within_chance_of_the_replicas_completions_is_no_burst() -> None:
+    # 9 replicas complete up to 9 x 4 x 10 = 360 a poll: with as many arriving, the count swings by about
+    # sqrt(720) = 27 from poll to poll, and a rise must pass 2 x 27 = 54, not only a replica's 42.
+    assert _rise(9, 50.0) == ()
+    assert _rise(9, 250.0) == ((20.0, 250.0),)
+    # With no replica completing, the same rise is no chance swing of completions: a burst.
+    assert _rise(0, 50.0) == ((20.0, 50.0),)
+
+
+def test_image_ai_readies_nothing_for_chance_rises(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its three bursts of 500 come 1 h 45 min apart, too few for a series within its six hours; the series found
+    # before the chance guard were the count's swings, readied for with all 20 replicas at 99 polls.
+    scenario = holdout_scenario("holdout-image-ai")
+    rule = our_rule(scenario)
+    readying = policy.ready_for_burst
+    readied: list[float] = []
+
+    def counted(*args: Any, **kwargs: Any) -> tuple[int, recurring.ExpectedBurst] | None:
+        ready = readying(*args, **kwargs)
+        if ready is not None:
+            readied.append(ready[1].at)
+        return ready
+
+    monkeypatch.setattr(policy, "ready_for_burst", counted)
+    guarded = run_rule(scenario, rule).metrics
+    assert readied == []
+    monkeypatch.setattr(policy, "CHANCE", 0.0)
+    unguarded = run_rule(scenario, rule).metrics
+    assert len(readied) > 50
+    assert guarded.worker_seconds <= 0.9 * unguarded.worker_seconds
+    assert guarded.wait_p99 <= unguarded.wait_p99
