@@ -10,10 +10,11 @@ from dataclasses import replace
 import pytest
 
 from benchmarks.policy_suite import our_rule
-from controller import policy
+from controller import policy, throughput
 from controller.model.readings import ScalingMemory
+from controller.model.rule import QueueScalerSpec
 from controller.policy import STANDING_AFTER_SCALE_IN, raw_need, remember_standing
-from tests.policy_helpers import Run, make_spec
+from tests.policy_helpers import Run, make_spec, seen
 from tests.sim_helpers import fidelity_scenario, holdout_scenario, run_rule
 
 # Four 2 s jobs a pod, a 45 s objective: a replica is sized for 4 + 2 x 22.5 = 49 messages.
@@ -186,3 +187,42 @@ def test_the_live_fidelity_scenario_with_a_block_come_due_holds_its_busy_replica
     assert [a for a in before.scale_actions if 140 < a[0] < 180 and a[2] < a[1]]  # released while the block waited
     assert ours.metrics.scale_in_duplicates < before.metrics.scale_in_duplicates
     assert ours.metrics.wait_p99 < before.metrics.wait_p99
+
+
+def test_a_front_age_proves_no_wait_where_a_poll_since_its_put_found_nothing_visible() -> None:
+    # A peek's age counts from the put: a retry scheduled 8 minutes ahead shows 480 s the moment it turns visible.
+    # A poll since its put that found nothing visible proves it turned visible later, at a moment nothing tells.
+    history = [seen(100.0, 220, 5, ages=(0.0, 3.0)), seen(110.0, 221, 5, ages=(1.0, 0.0))]
+    due = policy.proven_waits(seen(120.0, 222, 5, ages=(480.0, 480.0)), history)
+    assert [r.oldest_age for r in due.readings] == [None, None]
+    # Each queue by its own polls: put at 105 s, the first was seen non-empty since, the second empty at 110 s.
+    mixed = policy.proven_waits(seen(120.0, 222, 5, ages=(15.0, 15.0)), history)
+    assert [r.oldest_age for r in mixed.readings] == [15.0, None]
+    younger = policy.proven_waits(seen(120.0, 222, 5, ages=(5.0, 0.0)), history)
+    assert [r.oldest_age for r in younger.readings] == [5.0, 0.0]  # put after the last empty poll; nothing visible
+
+
+def test_the_held_out_backoff_retries_learn_no_slower_speed_from_retries_come_due(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # holdout-backoff-retries: 5 deliveries a second, retries scheduled 30 s, 2 min and 8 min ahead, 1 s jobs four
+    # a pod (4 a second a replica). Read as waits since the put, retries come due taught the rule 1.6 a second.
+    scenario = holdout_scenario("holdout-backoff-retries")
+    rule = our_rule(scenario)
+    remember = throughput._remember_bound
+    learned: list[float] = []
+
+    def recorded(spec: QueueScalerSpec, memory: ScalingMemory, stated: float, bound: float) -> ScalingMemory:
+        kept = remember(spec, memory, stated, bound)
+        if kept.learned_throughput != memory.learned_throughput and kept.learned_throughput is not None:
+            learned.append(kept.learned_throughput)
+        return kept
+
+    monkeypatch.setattr(throughput, "_remember_bound", recorded)
+    ours = run_rule(scenario, rule).metrics
+    assert all(speed >= 0.8 * 4.0 for speed in learned), learned
+    monkeypatch.setattr(policy, "proven_waits", lambda observation, _: observation)  # every age read as a wait
+    before = run_rule(scenario, rule).metrics
+    assert min(learned) < 0.5 * 4.0
+    assert ours.wait_p99 <= scenario.slo_wait
+    assert ours.worker_seconds < 0.95 * before.worker_seconds
