@@ -229,11 +229,20 @@ def proven_waits(observation: Observation, history: Sequence[Observation]) -> Ob
     readings = []
     for index, reading in enumerate(observation.readings):
         age = reading.oldest_age
-        if age and any(o.time > observation.time - age and len(o.readings) > index
-                       and o.readings[index].oldest_age == 0.0 for o in history):
+        if age and _found_nothing_since(history, index, observation.time - age):
             reading = replace(reading, oldest_age=None)
         readings.append(reading)
     return replace(observation, readings=tuple(readings))
+
+
+def _found_nothing_since(history: Sequence[Observation], index: int, since: float) -> bool:
+    """Whether a poll of the history after `since` found nothing visible in source `index` (newest first)."""
+    for o in reversed(history):
+        if o.time <= since:
+            return False
+        if len(o.readings) > index and o.readings[index].oldest_age == 0.0:
+            return True
+    return False
 
 
 def front_waited(spec: QueueScalerSpec, observation: Observation) -> bool:
