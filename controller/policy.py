@@ -214,37 +214,6 @@ def remember_standing(
     return memory if standing == memory.standing else replace(memory, standing=standing)
 
 
-def proven_waits(observation: Observation, history: Sequence[Observation]) -> Observation:
-    """The observation without the front messages' ages that prove no wait: those put before a poll whose peek of
-    the same source found nothing visible.
-
-    A peek gives a front message's age since it was put (Azure: InsertionTime), which for a message put with a
-    visibility delay counts the delay: a retry scheduled eight minutes ahead shows eight minutes the moment it
-    turns visible. A poll since its put that found nothing visible proves it was not visible then, so it turned
-    visible at some moment since, which nothing tells: its age bounds its wait from above and proves none.
-    `learn_from_wait` reads an age as a wait during which every slot was busy; read from retries come due, under
-    replicas that completed a fraction of what a wait that long would have taken, it taught the rule 1.6 messages a
-    second of a stated 4 (holdout-backoff-retries). `front_waited` keeps the age since the put: there the error
-    holds replicas, which costs and never stops work."""
-    readings = []
-    for index, reading in enumerate(observation.readings):
-        age = reading.oldest_age
-        if age and _found_nothing_since(history, index, observation.time - age):
-            reading = replace(reading, oldest_age=None)
-        readings.append(reading)
-    return replace(observation, readings=tuple(readings))
-
-
-def _found_nothing_since(history: Sequence[Observation], index: int, since: float) -> bool:
-    """Whether a poll of the history after `since` found nothing visible in source `index` (newest first)."""
-    for o in reversed(history):
-        if o.time <= since:
-            return False
-        if len(o.readings) > index and o.readings[index].oldest_age == 0.0:
-            return True
-    return False
-
-
 def front_waited(spec: QueueScalerSpec, observation: Observation) -> bool:
     """Whether a peek found a message that waited a polling interval: a free slot would have taken it, so every
     ready replica is busy, and the count's in-flight part is what they hold, whatever part of it stands (a
@@ -810,8 +779,7 @@ def decide(
     nothing_visible = bool(observation.readings) and all(r.oldest_age == 0.0 for r in observation.readings)
     memory = learn_throughput(spec, count, slope, current, memory, now, startup, drain_time,
                               nothing_visible=nothing_visible)
-    memory = learn_from_wait(spec, proven_waits(observation, history), history, count, slope, current, memory, now,
-                             startup, drain_time)
+    memory = learn_from_wait(spec, observation, history, count, slope, current, memory, now, startup, drain_time)
     memory = remember_burst(spec, count, history, memory, now, measured_startup, current=current)
     memory = kills.remember_in_flight(spec, count, current, stated.per_replica, memory, now)
     memory = remember_standing(spec, count, current, memory, now, nothing_visible=nothing_visible)

@@ -120,11 +120,14 @@ def learn_from_wait(
     under settled replicas (`_settled_wait`), which takes what waits now for what was ahead then. Read within a
     trend window, that stand-in made a rule told its true serviceTime learn half of it from a count that fell
     while its front message waited (checkout-outage, 23 waiting after 30 s on 2 replicas: 0.38/s of a stated
-    0.67/s).
+    0.67/s). A front message put before a poll that found nothing visible proves no wait (`proven_waits`).
     """
     stated = learnable(spec, current)
+    if stated is None:
+        return memory
+    observation = proven_waits(observation, history)
     ages = [reading.oldest_age for reading in observation.readings]
-    if stated is None or not ages or None in ages:
+    if not ages or None in ages:
         return memory
     age = max(a or 0.0 for a in ages)
     if age <= 0 or age < max(spec.polling_interval, drain_time):
@@ -137,6 +140,37 @@ def learn_from_wait(
         bounds.append(_settled_wait(spec, count, slope, current, memory, now, startup, stated, age, drain_time))
     bound = max((b for b in bounds if b is not None), default=None)
     return memory if bound is None else _remember_bound(spec, memory, stated, bound)
+
+
+def proven_waits(observation: Observation, history: Sequence[Observation]) -> Observation:
+    """The observation without the front messages' ages that prove no wait: those put before a poll whose peek of
+    the same source found nothing visible.
+
+    A peek gives a front message's age since it was put (Azure: InsertionTime), which for a message put with a
+    visibility delay counts the delay: a retry scheduled eight minutes ahead shows eight minutes the moment it
+    turns visible. A poll since its put that found nothing visible proves it was not visible then, so it turned
+    visible at some moment since, which nothing tells: its age bounds its wait from above and proves none.
+    `learn_from_wait` reads an age as a wait during which every slot was busy; read from retries come due, under
+    replicas that completed a fraction of what a wait that long would have taken, it taught the rule 1.6 messages a
+    second of a stated 4 (holdout-backoff-retries). The policy's `front_waited` keeps the age since the put: there
+    the error holds replicas, which costs and never stops work."""
+    readings = []
+    for index, reading in enumerate(observation.readings):
+        age = reading.oldest_age
+        if age and _found_nothing_since(history, index, observation.time - age):
+            reading = replace(reading, oldest_age=None)
+        readings.append(reading)
+    return replace(observation, readings=tuple(readings))
+
+
+def _found_nothing_since(history: Sequence[Observation], index: int, since: float) -> bool:
+    """Whether a poll of the history after `since` found nothing visible in source `index` (newest first)."""
+    for o in reversed(history):
+        if o.time <= since:
+            return False
+        if len(o.readings) > index and o.readings[index].oldest_age == 0.0:
+            return True
+    return False
 
 
 def trend_window_polls(history: Sequence[Observation], trend_window: float) -> Sequence[Observation]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from benchmarks.fidelity import SCENARIOS, rule_for
@@ -57,9 +58,14 @@ def run_rule(sc: Scenario, rule: QueueScaler) -> RunResult:
     return simulate(sc, [Contender("q", lambda w: RuleAutoscaler("q", rule, w, sc.start_epoch))])[0]
 
 
+def holdout_path(name: str) -> Path:
+    """benchmarks/scenarios/NAME.yaml, a held-out scenario file of the policy suite."""
+    return next(path for path in HOLDOUT if path.stem == name)
+
+
 def holdout_scenario(name: str) -> Scenario:
-    """benchmarks/scenarios/NAME.yaml, a held-out scenario of the policy suite."""
-    return load_scenario(str(next(path for path in HOLDOUT if path.stem == name)))
+    """The held-out scenario of the policy suite named NAME, loaded."""
+    return load_scenario(str(holdout_path(name)))
 
 
 def fidelity_scenario(name: str) -> tuple[Scenario, QueueScaler]:

@@ -12,13 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.policy_suite import HOLDOUT, our_rule
+from benchmarks.policy_suite import our_rule
 from controller import kills
 from controller.model.readings import Reason, Recommendation, ScalingMemory
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import load_scenario
 from tests.policy_helpers import Run, make_spec
+from tests.sim_helpers import holdout_path
 
 # Renders of 40 s, two per pod, a 5-minute objective: 0.05 messages/s a replica, 9.5 messages a replica, a release
 # after 2 minutes unneeded. Pods killed on scale-in (the default).
@@ -158,11 +159,11 @@ def test_the_mean_in_flight_is_a_trimmed_time_average_for_an_hour_then_a_trimmed
     assert moved[2] == pytest.approx(8.0 + (17.49 - 8.0) * (1 - math.exp(-0.5)), abs=0.01)
 
 
-REPORT_RENDERS = next(path for path in HOLDOUT if path.stem == "holdout-report-renders")
+REPORT_RENDERS = holdout_path("holdout-report-renders")
 BUDGET = kills.STOP_BUDGET
 
 
-LONG_BATCH = next(path for path in HOLDOUT if path.stem == "holdout-long-batch")
+LONG_BATCH = holdout_path("holdout-long-batch")
 
 
 def _run(budget: float, monkeypatch: pytest.MonkeyPatch, scenario: Path = REPORT_RENDERS) -> Metrics:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.fidelity import SCENARIOS, rule_for
-from benchmarks.policy_suite import HOLDOUT, our_rule
+from benchmarks.policy_suite import our_rule
 from controller import kills
 from controller.commands.simulate import load_rules
 from controller.model.fields import SpecError
@@ -35,9 +35,9 @@ from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, load_scenario
 from tests.policy_helpers import Run, make_spec, seen
-from tests.sim_helpers import holdout_scenario
+from tests.sim_helpers import holdout_path, holdout_scenario
 
-HOLDOUT_LONG_BATCH = next(path for path in HOLDOUT if path.stem == "holdout-long-batch")
+HOLDOUT_LONG_BATCH = holdout_path("holdout-long-batch")
 
 # A message takes 2 s; a new message may wait a minute; polls every 10 s (the default).
 RATE = {"targetWaitSeconds": 60, "serviceTime": "2s", "scaleDown": {"delay": 0}}
@@ -318,7 +318,7 @@ def test_workers_that_are_killed_or_release_keep_the_delays_of_lost_work() -> No
 # within the 60 s objective: a burst's capacity may go before the 2-minute delay at a poll where the replicas
 # removed hold about nothing. One replica is sized for 1 + 0.5 x 30 = 16 messages.
 KILLED = {"targetWaitSeconds": 60, "serviceTime": "2s", "startupTime": "20s"}
-RETRY_STORMS = next(path for path in HOLDOUT if path.stem == "holdout-retry-storms")
+RETRY_STORMS = holdout_path("holdout-retry-storms")
 
 
 def test_a_bursts_capacity_goes_before_the_delay_at_a_poll_where_it_holds_about_nothing() -> None:
@@ -410,7 +410,7 @@ def test_a_bursts_capacity_released_when_quiet_costs_less_within_the_budget_of_s
     assert quiet.duplicate_deliveries <= kills.STOP_BUDGET * quiet.messages_arrived
 
 
-SETTLEMENT_FILES = next(path for path in HOLDOUT if path.stem == "holdout-settlement-files")
+SETTLEMENT_FILES = holdout_path("holdout-settlement-files")
 
 
 def test_a_held_out_stream_under_its_bursts_costs_less_and_stops_fewer_than_the_delay() -> None:

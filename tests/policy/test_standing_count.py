@@ -193,12 +193,12 @@ def test_a_front_age_proves_no_wait_where_a_poll_since_its_put_found_nothing_vis
     # A peek's age counts from the put: a retry scheduled 8 minutes ahead shows 480 s the moment it turns visible.
     # A poll since its put that found nothing visible proves it turned visible later, at a moment nothing tells.
     history = [seen(100.0, 220, 5, ages=(0.0, 3.0)), seen(110.0, 221, 5, ages=(1.0, 0.0))]
-    due = policy.proven_waits(seen(120.0, 222, 5, ages=(480.0, 480.0)), history)
+    due = throughput.proven_waits(seen(120.0, 222, 5, ages=(480.0, 480.0)), history)
     assert [r.oldest_age for r in due.readings] == [None, None]
     # Each queue by its own polls: put at 105 s, the first was seen non-empty since, the second empty at 110 s.
-    mixed = policy.proven_waits(seen(120.0, 222, 5, ages=(15.0, 15.0)), history)
+    mixed = throughput.proven_waits(seen(120.0, 222, 5, ages=(15.0, 15.0)), history)
     assert [r.oldest_age for r in mixed.readings] == [15.0, None]
-    younger = policy.proven_waits(seen(120.0, 222, 5, ages=(5.0, 0.0)), history)
+    younger = throughput.proven_waits(seen(120.0, 222, 5, ages=(5.0, 0.0)), history)
     assert [r.oldest_age for r in younger.readings] == [5.0, 0.0]  # put after the last empty poll; nothing visible
 
 
@@ -221,7 +221,7 @@ def test_the_held_out_backoff_retries_learn_no_slower_speed_from_retries_come_du
     monkeypatch.setattr(throughput, "_remember_bound", recorded)
     ours = run_rule(scenario, rule).metrics
     assert all(speed >= 0.8 * 4.0 for speed in learned), learned
-    monkeypatch.setattr(policy, "proven_waits", lambda observation, _: observation)  # every age read as a wait
+    monkeypatch.setattr(throughput, "proven_waits", lambda observation, _: observation)  # every age read as a wait
     before = run_rule(scenario, rule).metrics
     assert min(learned) < 0.5 * 4.0
     assert ours.wait_p99 <= scenario.slo_wait
