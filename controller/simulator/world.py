@@ -15,11 +15,14 @@ the same for 1 message or 10,000. Azure semantics kept:
   with (a scheduled message is not waiting while it is scheduled). Peek Messages still shows its InsertionTime,
   so the age a source reads (`front_age`) counts from the put.
 
-Service times come from a table of equally likely values; a step dequeues at most `GROUPS` groups of messages,
-each group sharing one drawn service time from its own stratum of the distribution. Service times a live run
-measured can instead be taken in the order its workers took them (`ServiceTime.in_order`), one a message. A service
-time s is rounded to whole steps at random (up with probability frac(s)), so a slot with 0.3-second messages
-completes 1/0.3 of them per second on average, and the mean is kept exactly.
+Service times come from a table of equally likely values, each message its own: up to `ONE_BY_ONE` messages
+dequeued in one step draw one by one, stratified over the step; more draw at once how many end after how many
+steps (a multinomial over the table's outcomes), as independent jobs would. Until 2026-11-29 a step's messages
+formed at most four groups, each sharing one draw: a stream of 200 half-second jobs a second then counted 0 to 249
+in flight (sd 44) where independent jobs count 70 to 138 (sd 10, Poisson). Service times a live run measured can
+instead be taken in the order its workers took them (`ServiceTime.in_order`), one a message. A service time s is
+rounded to whole steps at random (up with probability frac(s)), so a slot with 0.3-second messages completes 1/0.3
+of them per second on average, and the mean is kept (exactly over a step drawn one by one, on average otherwise).
 """
 
 from __future__ import annotations
@@ -31,9 +34,13 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from controller.simulator.scenario import Outage, QueueParams, Workers
 
-GROUPS = 4
+# Up to this many messages dequeued in one step draw their service times one by one (stratified over the step);
+# more draw how many end after how many steps at once (multinomial), as independent messages would.
+ONE_BY_ONE = 4
 PEEK_LIMIT = 32  # Azure's Peek Messages returns at most 32: a visible-only count is exact only below it
 
 PENDING = 0
@@ -142,6 +149,19 @@ class World:
         self.table_fraction = [s - int(s) for s in service_table]
         # Each queue of a scenario draws its service times from its own stream; the first keeps the one-queue seed.
         self.rng = random.Random(seed * 7919 + 17 + stream * 104729)
+        self.np_rng = np.random.default_rng(seed * 7919 + 31 + stream * 104729)
+        # The outcomes of one message's service: (whole steps it takes, whether it outlasts the visibility
+        # timeout, its mean service seconds given both), and their odds (a table value rounds up with the odds of
+        # its fraction).
+        weights: dict[tuple[int, bool], list[float]] = {}
+        for value, whole, frac in zip(service_table, self.table_whole, self.table_fraction, strict=True):
+            for steps, p in ((whole, 1.0 - frac), (whole + 1, frac)):
+                if p > 0:
+                    cell = weights.setdefault((steps, value > self.visibility_timeout), [0.0, 0.0])
+                    cell[0] += p
+                    cell[1] += p * value
+        self.outcomes = [(steps, overrun, w[1] / w[0]) for (steps, overrun), w in sorted(weights.items())]
+        self.outcome_odds = np.array([w[0] for _, w in sorted(weights.items())]) / len(service_table)
         # Which messages a scale-in takes is its own stream, so that a policy's scale-ins do not shift the service
         # times every contender draws.
         self.scale_in_rng = random.Random(seed * 7919 + 29 + stream * 104729)
@@ -477,7 +497,6 @@ class World:
         size = self.table_size
         vt = self.visibility_timeout
         histogram = tally.wait_histogram
-        buckets = self.in_flight
         visible_count = self.visible_count
         counted = active = processed = 0
         busy = 0.0
@@ -506,48 +525,39 @@ class World:
                     visible.popleft()
                     while left and not visible[0].count:
                         visible.popleft()
-            groups = n if n < GROUPS or self.in_order else GROUPS
-            share, extra = divmod(n, groups)
-            scale = size / groups
-            # The strata that get one message more rotate, or short service times would be favoured.
-            offset = int(rng_random() * groups) if extra else 0
-            immediate = 0
-            by_steps: dict[int, int] = {}
-            for i in range(groups):
-                m = share + 1 if extra and (i - offset) % groups < extra else share
-                # One uniform picks the table cell within stratum i; its remainder within the cell (uniform and
-                # independent of the cell) rounds the service time up or down to whole steps.
-                if self.in_order:
-                    index = self.next_index
-                    self.next_index = (index + 1) % size
-                    up = rng_random() < fraction[index]
-                else:
-                    x = (i + rng_random()) * scale
-                    index = int(x)
-                    up = x - index < fraction[index]
-                s = table[index]
-                busy += m * s
-                steps = whole[index]
-                if up:
-                    steps += 1
-                if steps == 0:
-                    immediate += m
-                elif s > vt:
-                    # Processing outlasts the visibility timeout: the message reappears meanwhile; this delivery's
-                    # delete fails if another delivery takes it first (`_complete`).
-                    self.copy_number += 1
-                    self.copies[self.copy_number] = Copy(self._requeue(enqueued, m, delivery, t + vt, due))
-                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, -self.copy_number, due])
-                else:
-                    by_steps[steps] = by_steps.get(steps, 0) + m
-            for steps, m in by_steps.items():
-                counted += m
-                entry = [m, t, enqueued, delivery, 1, due]
-                bucket = buckets.get(t + steps)
-                if bucket is None:
-                    buckets[t + steps] = [entry]
-                else:
-                    bucket.append(entry)
+            if n > ONE_BY_ONE and not self.in_order:
+                counted_now, immediate, spent = self._draw_counts(t, n, enqueued, delivery, due)
+                counted += counted_now
+                busy += spent
+            else:
+                immediate = 0
+                by_steps: dict[int, int] = {}
+                scale = size / n
+                for i in range(n):
+                    # One uniform picks the table cell within stratum i of n; its remainder within the cell
+                    # (uniform and independent of the cell) rounds the service time up or down to whole steps.
+                    if self.in_order:
+                        index = self.next_index
+                        self.next_index = (index + 1) % size
+                        up = rng_random() < fraction[index]
+                    else:
+                        x = (i + rng_random()) * scale
+                        index = int(x)
+                        up = x - index < fraction[index]
+                    s = table[index]
+                    busy += s
+                    steps = whole[index] + 1 if up else whole[index]
+                    if steps == 0:
+                        immediate += 1
+                    elif s > vt:
+                        # Processing outlasts the visibility timeout: the message reappears meanwhile; this
+                        # delivery's delete fails if another delivery takes it first (`_complete`).
+                        self._overrun(t, steps, 1, enqueued, delivery, due)
+                    else:
+                        by_steps[steps] = by_steps.get(steps, 0) + 1
+                for steps, m in by_steps.items():
+                    counted += m
+                    self._add_in_flight(t + steps, [m, t, enqueued, delivery, 1, due])
             active += n - immediate
             processed += immediate
             free -= n - immediate
@@ -556,6 +566,33 @@ class World:
         self.in_flight_active += active
         tally.busy_slot_seconds += busy
         tally.processed += processed
+
+    def _draw_counts(self, t: int, n: int, enqueued: int, delivery: int, due: int) -> tuple[int, int, float]:
+        """`n` messages dequeued at once, each with its own service time: how many end after how many whole steps
+        (and whether past the visibility timeout) is one multinomial draw over `outcomes`. Returns the messages
+        put in flight, those done within the step, and their service seconds."""
+        counts = self.np_rng.multinomial(n, self.outcome_odds)
+        counted = immediate = 0
+        spent = 0.0
+        for c in np.flatnonzero(counts).tolist():
+            k = int(counts[c])
+            steps, overrun, mean = self.outcomes[c]
+            spent += k * mean
+            if steps == 0:
+                immediate += k
+            elif overrun:
+                self._overrun(t, steps, k, enqueued, delivery, due)
+            else:
+                counted += k
+                self._add_in_flight(t + steps, [k, t, enqueued, delivery, 1, due])
+        return counted, immediate, spent
+
+    def _overrun(self, t: int, steps: int, k: int, enqueued: int, delivery: int, due: int) -> None:
+        """`k` messages whose processing outlasts the visibility timeout: they reappear meanwhile, and this
+        delivery's delete fails if another delivery takes them first (`_complete`)."""
+        self.copy_number += 1
+        self.copies[self.copy_number] = Copy(self._requeue(enqueued, k, delivery, t + self.visibility_timeout, due))
+        self._add_in_flight(t + steps, [k, t, enqueued, delivery, -self.copy_number, due])
 
     def _add_in_flight(self, step: int, entry: InFlight) -> None:
         bucket = self.in_flight.get(step)

@@ -206,8 +206,10 @@ def test_the_held_out_backoff_retries_learn_no_slower_speed_from_retries_come_du
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # holdout-backoff-retries: 5 deliveries a second, retries scheduled 30 s, 2 min and 8 min ahead, 1 s jobs four
-    # a pod (4 a second a replica). Read as waits since the put, retries come due taught the rule 1.6 a second.
-    scenario = holdout_scenario("holdout-backoff-retries")
+    # a pod (4 a second a replica). Read as waits since the put, retries come due taught the rule 1.6 a second on
+    # the suite's seed; since each simulated message draws its own service time, that reading teaches it on seeds
+    # 2 and 4 (and 5) of 1 to 5, not on the suite's, so the run is made on seed 4.
+    scenario = replace(holdout_scenario("holdout-backoff-retries"), seed=4)
     rule = our_rule(scenario)
     remember = throughput._remember_bound
     learned: list[float] = []

@@ -34,12 +34,14 @@ GOLDEN = {
     # its budget as the crowd declines. Changed on 2026-11-28: a release counts its own stops against that budget,
     # and may stop at most an hour's budget. Changed on 2026-11-28 again: in rate mode a growing count is projected
     # over the start-up less what replicas still starting will take (policy.starting_work).
-    "flash-crowd": "98887fb02175500cf7b90410b5d11b036cebd999e07dbb3a002ecbe9147e9592",
+    # Changed for both on 2026-11-29: each message dequeued has its own service time (World._draw_counts); a step's
+    # messages had shared four draws, which made the count in flight swing five times wider than independent jobs'.
+    "flash-crowd": "7d6014ae16fd3991607e12d8f15d120dc263faacda7b940ff5d1a9c802f1b8e0",
     # Changed by issue 18: the default rule (targetWaitSeconds 1h, a 30 s cold start) now goes to zero after 30 s
     # inactive instead of 5 minutes (policy.scale_to_zero_delay); and its pods drain on scale-in, which the default
     # rule is now told (onScaleIn: drain), so capacity two polls found unneeded is released
-    # (policy.scale_down_delay) instead of after 2 minutes.
-    "nightly-batch": "b9ea5ead99a4f6a02a0bd5e24c666cddae66e893bbfba6812c23f6a19985605d",
+    # (policy.scale_down_delay) instead of after 2 minutes. Changed on 2026-11-29 with flash-crowd's (above).
+    "nightly-batch": "f144feeb13183a29a13fe397cc009f0df4d7450713b60fc1031248e4f6bcf156",
 }
 
 

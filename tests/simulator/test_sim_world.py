@@ -266,3 +266,36 @@ def test_a_scale_in_stops_on_average_the_removed_pods_share_of_the_work_in_fligh
     assert sum(stopped) / len(stopped) == pytest.approx(6 / 7, abs=0.06)
     # A whole share is taken whole, whatever the draw: 2 of 4 pods with 6 messages (two slots a pod) hold 3.
     assert {_stopped_by_removing(2, ready=4, in_flight=6, seed=seed, concurrency=2) for seed in range(20)} == {3}
+
+
+def test_a_steady_stream_of_independent_jobs_keeps_a_poisson_count_in_flight() -> None:
+    # Jobs taken at a steady rate, each its own service time, form an M/G/infinity queue while slots are free: the
+    # number in flight is Poisson, its variance its mean (here 200 a second x 0.5 s = 100, sd 10). The simulator's
+    # steps had shared four service-time draws among all the messages dequeued in a second, so 50 half-second jobs
+    # ended together or not at all: the count swung 0 to 249 (sd 44) at this rate, and a policy read chance swings
+    # five times too wide.
+    sc = scenario(duration=1500, workers={"startupDelay": 0, "concurrency": 64, "initialReplicas": 4,
+                                          "serviceTime": {"distribution": "exponential", "mean": 0.5}},
+                  arrivals=[{"type": "poisson", "rate": 200}])
+    run = simulate(sc, [Contender("static", lambda w: StaticAutoscaler("static", 4, w))], record_timeline=True)[0]
+    counts = [s.approximate_count for s in run.timeline if s.t >= 60]
+    mean = sum(counts) / len(counts)
+    sd = (sum((c - mean) ** 2 for c in counts) / len(counts)) ** 0.5
+    assert mean == pytest.approx(100, rel=0.05)
+    assert 0.8 * mean ** 0.5 < sd < 1.25 * mean ** 0.5, (mean, sd)
+
+
+def test_many_messages_taken_at_once_each_outlast_the_visibility_timeout_on_their_own() -> None:
+    # 20 jobs of 40 s taken in one step by 20 pods under a 30 s visibility timeout (the many-at-once draw): each
+    # reappears at 35 and, with slots free, is delivered again, and again at 65 and 95: a job longer than its
+    # visibility timeout never gets its delete in while another slot is free to take it.
+    workers = Workers(startup_delay=5, service_time=ServiceTime("constant", 40.0), concurrency=1)
+    world = World(QueueParams(visibility_timeout=30), workers, workers.service_time.table(16), seed=1)
+    world.set_desired(40, 0)
+    world.put(0, 20)
+    _steps(world, 0, 34)
+    assert (world.visible_count, world.approximate_count) == (0, 20)  # invisible, each counted once
+    _steps(world, 34, 40)
+    assert world.tally.duplicates == 20
+    _steps(world, 40, 100)
+    assert (world.tally.duplicates, world.tally.processed, world.approximate_count) == (60, 0, 20)
