@@ -150,18 +150,7 @@ class World:
         # Each queue of a scenario draws its service times from its own stream; the first keeps the one-queue seed.
         self.rng = random.Random(seed * 7919 + 17 + stream * 104729)
         self.np_rng = np.random.default_rng(seed * 7919 + 31 + stream * 104729)
-        # The outcomes of one message's service: (whole steps it takes, whether it outlasts the visibility
-        # timeout, its mean service seconds given both), and their odds (a table value rounds up with the odds of
-        # its fraction).
-        weights: dict[tuple[int, bool], list[float]] = {}
-        for value, whole, frac in zip(service_table, self.table_whole, self.table_fraction, strict=True):
-            for steps, p in ((whole, 1.0 - frac), (whole + 1, frac)):
-                if p > 0:
-                    cell = weights.setdefault((steps, value > self.visibility_timeout), [0.0, 0.0])
-                    cell[0] += p
-                    cell[1] += p * value
-        self.outcomes = [(steps, overrun, w[1] / w[0]) for (steps, overrun), w in sorted(weights.items())]
-        self.outcome_odds = np.array([w[0] for _, w in sorted(weights.items())]) / len(service_table)
+        self.outcomes, self.outcome_odds = _outcomes(service_table, self.visibility_timeout)
         # Which messages a scale-in takes is its own stream, so that a policy's scale-ins do not shift the service
         # times every contender draws.
         self.scale_in_rng = random.Random(seed * 7919 + 29 + stream * 104729)
@@ -550,8 +539,6 @@ class World:
                     if steps == 0:
                         immediate += 1
                     elif s > vt:
-                        # Processing outlasts the visibility timeout: the message reappears meanwhile; this
-                        # delivery's delete fails if another delivery takes it first (`_complete`).
                         self._overrun(t, steps, 1, enqueued, delivery, due)
                     else:
                         by_steps[steps] = by_steps.get(steps, 0) + 1
@@ -629,6 +616,23 @@ class World:
             in_flight=self.in_flight_active + draining, desired=self.desired, ready_replicas=self.ready,
         )
 
+
+
+def _outcomes(table: Sequence[float], visibility_timeout: int) -> tuple[list[tuple[int, bool, float]], np.ndarray]:
+    """The outcomes of one message's service drawn from `table`: (whole steps it takes, whether it outlasts the
+    visibility timeout, its mean service seconds given both), and their odds (a table value rounds up to the next
+    whole step with the odds of its fraction)."""
+    weights: dict[tuple[int, bool], list[float]] = {}
+    for value in table:
+        whole = int(value)
+        for steps, odds in ((whole, 1.0 - (value - whole)), (whole + 1, value - whole)):
+            if odds > 0:
+                cell = weights.setdefault((steps, value > visibility_timeout), [0.0, 0.0])
+                cell[0] += odds
+                cell[1] += odds * value
+    ordered = sorted(weights.items())
+    return ([(steps, overrun, seconds / odds) for (steps, overrun), (odds, seconds) in ordered],
+            np.array([odds for _, (odds, _) in ordered]) / len(table))
 
 class MultiQueueWorld:
     """Several queues consumed by one worker Deployment (docs/simulator.md, "Several queues").
