@@ -315,6 +315,16 @@ STEADY_EFFICIENCY, BURSTY_EFFICIENCY = 0.75, 0.5
 COST_TARGET = 0.8  # worker-seconds at most this share of the cheapest KEDA setting meeting the SLO
 
 
+def against(value: float, target: float, digits: int = 2) -> str:
+    """`value` to `digits` decimals, or to as many more as it takes not to read as the target it missed or met.
+
+    An efficiency of 0.745 missing 0.75 prints as 0.745, not as 0.75 beside "target 0.75".
+    """
+    while f"{value:.{digits}f}" == f"{target:.{digits}f}" and value != target and digits < 6:
+        digits += 1
+    return f"{value:.{digits}f}"
+
+
 def duplicates_versus(ours: Metrics, keda: Metrics) -> str:
     """Duplicate deliveries, ours against KEDA's, and those after a scale-in (the issue's target) where some are
     not (work that outlasted its visibility timeout)."""
@@ -344,7 +354,7 @@ def summary(rows: Sequence[Row]) -> list[str]:
             target = COST_TARGET * tuned.worker_seconds
             verdict.append(f"cost target (<= {COST_TARGET:g}x tuned KEDA) "
                            f"{'met' if ours.worker_seconds <= target else 'missed'}: "
-                           f"{ours.worker_seconds / tuned.worker_seconds:.2f}x"
+                           f"{against(ours.worker_seconds / tuned.worker_seconds, COST_TARGET)}x"
                            + (f" (below the floor: {COST_TARGET:g}x tuned KEDA is {target / row.floor:.2f}x the "
                               "total service time, which no policy can spend less than)" if target < row.floor else ""))
             verdict.append(f"reversals {ours.direction_reversals} vs {tuned.direction_reversals}")
@@ -361,7 +371,8 @@ def summary(rows: Sequence[Row]) -> list[str]:
             verdict.append("no KEDA queueLength reaches our p99")
         bursty = bool(ours.bursts)
         wanted = BURSTY_EFFICIENCY if bursty else STEADY_EFFICIENCY
-        verdict.append(f"efficiency {ours.efficiency:.2f} ({'bursty' if bursty else 'steady'}, target {wanted:g})"
+        verdict.append(f"efficiency {against(ours.efficiency, wanted)} "
+                       f"({'bursty' if bursty else 'steady'}, target {wanted:g})"
                        + (f" (constant {cheapest.replicas} meeting the SLO: eff {cheapest.metrics.efficiency:.2f})"
                           if cheapest and ours.efficiency < wanted else ""))
         if ours.burst_enough_capacity_mean is not None:
@@ -400,13 +411,13 @@ def scoreboard(rows: Sequence[Row]) -> list[str]:
         ratio = r.ours.worker_seconds / r.keda_tuned.worker_seconds
         if ratio > COST_TARGET:
             below = COST_TARGET * r.keda_tuned.worker_seconds < r.floor
-            costs.append(f"{r.scenario} ({ratio:.2f}x{', below the floor' if below else ''})")
+            costs.append(f"{r.scenario} ({against(ratio, COST_TARGET)}x{', below the floor' if below else ''})")
     unpriced = len(rows) - len(priced)
     efficiency = []
     for r in rows:
         wanted = BURSTY_EFFICIENCY if r.ours.bursts else STEADY_EFFICIENCY
         if r.ours.efficiency < wanted:
-            efficiency.append(f"{r.scenario} ({r.ours.efficiency:.2f} vs {wanted:g})")
+            efficiency.append(f"{r.scenario} ({against(r.ours.efficiency, wanted)} vs {wanted:g})")
     duplicates = [f"{r.scenario} ({r.ours.scale_in_duplicates} vs {keda(r).scale_in_duplicates})"
                   for r in rows if r.ours.scale_in_duplicates > keda(r).scale_in_duplicates]
     lines = ["| target | met on | missed on |", "|---|---|---|",

@@ -19,6 +19,7 @@ from benchmarks.policy_suite import (
     HEADER,
     KeptReady,
     Row,
+    against,
     cheapest_meeting,
     referees,
     run_scenario,
@@ -187,6 +188,11 @@ def test_the_scoreboard_counts_each_target_and_names_each_miss_with_its_figure(t
     low = replace(steady, ours=replace(steady.ours, efficiency=0.10))
     assert "| steady (0.10 vs 0.75) |" in scoreboard([low])[4]
     assert scoreboard([replace(steady, ours=replace(steady.ours, efficiency=0.99))])[4].endswith("| 1 of 1 | none |")
+    # A miss that rounds to its target says so with a third decimal: 0.745 missed 0.75, "0.75 vs 0.75" did not say
+    # why (holdout-launch-decay and -lunch-dip, session 30's table).
+    near = replace(steady, ours=replace(steady.ours, efficiency=0.7451))
+    assert "| steady (0.745 vs 0.75) |" in scoreboard([near])[4]
+    assert "efficiency 0.745 (steady, target 0.75)" in summary([near])[0]
     # Cost counts only where some KEDA setting meets the SLO, and says how many it left out.
     tuned = steady.keda_tuned
     assert tuned is not None
@@ -238,3 +244,12 @@ def test_with_drawn_service_times_the_p99_wait_rises_with_more_replicas_by_draw_
     p99 = [constant(scenario, n).wait_p99 for n in range(1, 21)]
     assert all(more <= fewer + 2 for fewer, more in pairwise(p99)), p99
     assert all(p99[n + 3] < p99[n] for n in range(0, 10)), p99  # over a few replicas more, it falls
+
+
+@pytest.mark.parametrize(("value", "target", "printed"), [
+    (0.7451, 0.75, "0.745"), (0.8004, 0.8, "0.8004"), (0.79996, 0.8, "0.79996"), (0.80, 0.8, "0.80"),
+    (0.74, 0.75, "0.74"), (1.234, 0.8, "1.23"),
+])
+def test_a_figure_beside_its_target_prints_as_many_decimals_as_tell_them_apart(
+        value: float, target: float, printed: str) -> None:
+    assert against(value, target) == printed
