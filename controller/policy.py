@@ -494,6 +494,26 @@ def _quiet_release(
     return None
 
 
+def rising_keep(
+    spec: QueueScalerSpec, size: Sizing, count: float, standing: float, slope: float | None, current: int,
+    measured_startup: float | None,
+) -> tuple[int, float] | None:
+    """Where a cold start misses the objective and the count is rising, the replicas a release must keep, and the
+    cold start's seconds; None where it need keep none.
+
+    A released replica asked back comes a poll and a start-up later, too late where a cold start does not fit the
+    objective, so a release keeps the slots the count in flight will fill by then at this poll's trend (at most the
+    current replicas: it holds, never adds). On a stream swinging with a period longer than the scale-down delay,
+    capacity unneeded for the whole delay went at the trough's end, as the next rise began (holdout-sms-gateway:
+    3 -> 2 replicas at a count of 126 rising, and the peak then waited for a replica 45 s to start)."""
+    cold = cold_start(spec, measured_startup)
+    if cold is None or cold.fits or slope is None or slope <= 0 or size.per_replica is None:
+        return None
+    ahead = max(0.0, count - standing) + slope * (cold.poll + cold.startup)
+    keep = min(current, math.ceil(kills.in_flight(ahead, current, size.per_replica) / size.per_replica - 1e-9))
+    return keep, cold.wait
+
+
 # Work counted at the first polls after going to zero this often within EARLY_WAKE_WINDOW keeps one replica up
 # where a cold start misses the objective (`stays_awake`). A day: while the replica stays up, nothing the polls
 # count renews the evidence (they count zero, as before), so an hour's memory went to zero again each hour.
@@ -943,6 +963,13 @@ def _on_count(
                     stabilized = quiet[0]
             else:
                 stabilized = _window(memory.recommendations, now, release_delay, max)
+    rising: tuple[int, float] | None = None
+    if stabilized < current and not to_zero:
+        rising = rising_keep(spec, size, count, standing, slope, current, measured_startup)
+        if rising is not None and rising[0] > stabilized:
+            stabilized = rising[0]
+        else:
+            rising = None
     # Where the last hour's scale-ins of killed workers, with this release, stop more than the objective's budget,
     # the release waits for a poll with no more in flight than the hour's mean where it stops no more than an
     # hour's budget, and keeps the steady level's replicas (controller/kills.py).
@@ -990,6 +1017,7 @@ def _on_count(
         quiet=None if quiet is None else (quiet[1], release_delay),
         floor=None if floor is None or to_zero else floor,
         awake=awake,
+        rising=None if rising is None or floor is not None else rising[1],
     )
     return replace(
         base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
@@ -1032,8 +1060,11 @@ def _explain(
     quiet: tuple[float, float] | None = None,
     floor: kills.StopFloor | None = None,
     awake: bool = False,
+    rising: float | None = None,
 ) -> tuple[Reason, str]:
     move = f"{current} -> {final}"
+    too_late = ("the count is rising, and a replica released now could not be back within the objective (a cold "
+                f"start takes {duration(rising)})" if rising is not None else "")
     by_schedule = f" (schedules: {', '.join(bounds.schedules)})" if bounds.schedules else ""
     if final > current:
         if final == bounds.minimum and desired < final:
@@ -1063,6 +1094,8 @@ def _explain(
                 f"replicas removed hold about {stopped:.1f} messages in flight")
         if floor is not None and final == floor.replicas:
             return Reason.SCALED_DOWN, f"scaled down {move} (recommended {recommended}): {floor.why()}"
+        if too_late and final == stabilized:
+            return Reason.SCALED_DOWN, f"scaled down {move}, not lower (recommended {recommended}): {too_late}"
         return Reason.SCALED_DOWN, f"scaled down {move}"
     # No change: say what held it.
     keep = f"keeping {current}"
@@ -1080,6 +1113,8 @@ def _explain(
     if floor is not None and recommended < current:
         wait = f"; {floor.wait()}" if floor.waiting else ""
         return Reason.HELD_BY_STABILIZATION, f"{floor.why()}{wait}: {keep} (recommended {recommended})"
+    if too_late and recommended < current:
+        return Reason.HELD_BY_STABILIZATION, f"{too_late}: {keep} (recommended {recommended})"
     if release_delay is not None and recommended < current:
         return Reason.HELD_BY_STABILIZATION, (
             f"unneeded for less than the scale-down delay {duration(release_delay)}: {keep} "
