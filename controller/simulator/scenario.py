@@ -628,9 +628,10 @@ def _plan_streams(arrivals: tuple[Arrival, ...], steps: int, rng: np.random.Gene
                     continue
                 width = max(1, int(a.over))
                 _add_burst(bursts, begin, a.messages, width)
-                share, extra = divmod(a.messages, width)
-                spread = np.full(width, float(share))
-                spread[:extra] += 1
+                # Evenly over the width, the first at `at`: second i gets ceil((i + 1) m / w) - ceil(i m / w), so
+                # 25 over 180 s come one every 7 or 8 s, not one a second for the first 25 (the remainder once went
+                # first, a message a second).
+                spread = np.diff(-(-np.arange(width + 1) * a.messages // width)).astype(float)
                 stop = min(last, begin + width)
                 counts[begin:stop] += spread[: stop - begin]
         elif a.type == "trace":

@@ -192,9 +192,10 @@ def test_held_out_long_batch_meets_its_objective_releasing_only_what_fits_an_hou
     # 40-minute visibility timeout: a batch's 40 replicas released while the trickle runs stop its jobs, each 40
     # minutes late. An hour's budget is 0.5 % of about 10 completions, so a release waits for a poll with nothing
     # in flight. Before a release counted itself and its own budget, 24 of ~540 messages were delivered again
-    # and the p99 wait was 3,248 s; now none is (seed of the suite).
+    # and the p99 wait was 3,248 s; now none was, and one since each batch's 60 come evenly over its 5 minutes rather
+    # than in its first minute (seed of the suite; the simulator's burst spread, 2026-11-29).
     sc = load_scenario(str(LONG_BATCH))
     without = _run(math.inf, monkeypatch, LONG_BATCH)
     assert without.wait_p99 > sc.slo_wait and without.duplicate_deliveries > 0.01 * without.messages_arrived
     kept = _run(BUDGET, monkeypatch, LONG_BATCH)
-    assert kept.wait_p99 <= sc.slo_wait and kept.duplicate_deliveries == 0
+    assert kept.wait_p99 <= sc.slo_wait and kept.duplicate_deliveries <= 1 < without.duplicate_deliveries / 10
