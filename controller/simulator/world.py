@@ -617,7 +617,6 @@ class World:
         )
 
 
-
 def _outcomes(table: Sequence[float], visibility_timeout: int) -> tuple[list[tuple[int, bool, float]], np.ndarray]:
     """The outcomes of one message's service drawn from `table`: (whole steps it takes, whether it outlasts the
     visibility timeout, its mean service seconds given both), and their odds (a table value rounds up to the next
@@ -633,6 +632,7 @@ def _outcomes(table: Sequence[float], visibility_timeout: int) -> tuple[list[tup
     ordered = sorted(weights.items())
     return ([(steps, overrun, seconds / odds) for (steps, overrun), (odds, seconds) in ordered],
             np.array([odds for _, (odds, _) in ordered]) / len(table))
+
 
 class MultiQueueWorld:
     """Several queues consumed by one worker Deployment (docs/simulator.md, "Several queues").
