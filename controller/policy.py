@@ -12,7 +12,8 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
    where a cold start misses `targetWaitSeconds`, replicas readied for a burst that recurs at a steady period, and
-   one replica kept where work was counted at the first polls after going to zero twice within a day;
+   one replica kept where work was counted soon after going to zero (within two polls or the scale-to-zero delay)
+   twice within a day;
 6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down); where pods are
    killed and the last hour's scale-ins stopped more than the objective's budget, a release waits for a quiet
    poll and keeps the steady level's replicas (controller/kills.py);
@@ -514,27 +515,37 @@ def rising_keep(
     return keep, cold.wait
 
 
-# Work counted at the first polls after going to zero this often within EARLY_WAKE_WINDOW keeps one replica up
+# Work counted soon after going to zero (`early_wake_within`) this often within EARLY_WAKE_WINDOW keeps one replica up
 # where a cold start misses the objective (`stays_awake`). A day: while the replica stays up, nothing the polls
 # count renews the evidence (they count zero, as before), so an hour's memory went to zero again each hour.
 EARLY_WAKES = 2
 EARLY_WAKE_WINDOW = 86400.0
 
 
+def early_wake_within(spec: QueueScalerSpec, to_zero_delay: float, need: float) -> float:
+    """How soon after going to zero work counted makes an early wake: two polls, or for a trickle (less work than a
+    replica: `need` below one) the scale-to-zero delay. More work than that is a burst, which `ready_for_burst`
+    answers where it recurs."""
+    return max(2 * spec.polling_interval, to_zero_delay if need < 1 else 0.0)
+
+
 def remember_early_wake(
-    spec: QueueScalerSpec, memory: ScalingMemory, now: float, current: int, active: bool
+    memory: ScalingMemory, now: float, current: int, active: bool, within: float
 ) -> ScalingMemory:
     """The memory with this poll among the early wakes if it is the first to count work since the rule went to
-    zero and came within two polls of it; wakes older than EARLY_WAKE_WINDOW are forgotten, and only the last
-    EARLY_WAKES are kept.
+    zero and came `within` seconds of it (`early_wake_within`); wakes older than EARLY_WAKE_WINDOW are forgotten,
+    and only the last EARLY_WAKES are kept.
 
     A queue whose work comes between polls (a producer flushing every 20 s, polled every 10 s at moments its
     workers have just emptied it) counts zero at every poll while its replica works, so the rule goes to zero,
-    and the next poll counts what gathered since: the work never stopped, the polls missed it."""
+    and the next poll counts what gathered since: the work never stopped, the polls missed it. A trickle whose
+    gaps are often longer than the scale-to-zero delay goes to zero after one and is woken by the next message a
+    few minutes later: had the replica stayed up for another delay it would have cost no more than the wait
+    already spent, and where a cold start misses the objective each such wake makes a message late."""
     kept = tuple(t for t in memory.early_wakes if now - t < EARLY_WAKE_WINDOW)
     went = memory.last_scale_down
     if (active and current == 0 and memory.pending_since is None and went is not None
-            and now - went <= 2 * spec.polling_interval):
+            and now - went <= within):
         kept = (*kept, now)[-EARLY_WAKES:]
     return memory if kept == memory.early_wakes else replace(memory, early_wakes=kept)
 
@@ -896,7 +907,7 @@ def _on_count(
     to_zero = False
     deferred = False
     pending_since = None
-    memory = remember_early_wake(spec, memory, now, current, active)
+    memory = remember_early_wake(memory, now, current, active, early_wake_within(spec, to_zero_delay, need))
     awake = False
     if active and current == 0:
         # Rate mode knows how long work may wait: a trickle too small for a replica (need < 1) waits, up to the
@@ -1129,8 +1140,9 @@ def _explain(
         return Reason.INACTIVE, f"at or below the activation threshold {_n(spec.policy.activation_threshold)}"
     if awake and final == current:
         return Reason.HELD_BY_STABILIZATION, (
-            f"inactive, but work was counted at the first polls after going to zero {EARLY_WAKES} times within "
-            f"a day, and a cold start misses the objective: {keep}")
+            f"inactive, but work was counted soon after going to zero {EARLY_WAKES} times within a day (within two "
+            f"polls, or less than a replica's work within the scale-to-zero delay {duration(to_zero_delay)}), and a "
+            f"cold start misses the objective: {keep}")
     if not active and bounds.minimum == 0 and inactive_since is not None:
         left = to_zero_delay - (now - inactive_since)
         return Reason.PENDING_SCALE_TO_ZERO, f"inactive, scaling to zero in {duration(max(0.0, left))}"

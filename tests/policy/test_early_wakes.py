@@ -12,7 +12,7 @@ import pytest
 from benchmarks.policy_suite import our_rule
 from controller import policy
 from controller.model.readings import Reason, ScalingMemory
-from controller.policy import EARLY_WAKE_WINDOW, remember_early_wake, stays_awake
+from controller.policy import EARLY_WAKE_WINDOW, early_wake_within, remember_early_wake, stays_awake
 from tests.policy_helpers import Run, make_spec
 from tests.sim_helpers import fidelity_scenario, holdout_scenario, run_rule
 
@@ -21,20 +21,36 @@ CHATTY = {"targetWaitSeconds": 15, "serviceTime": "500ms", "messagesPerReplica":
 
 
 def test_an_early_wake_is_work_counted_at_the_first_polls_after_going_to_zero() -> None:
-    spec = make_spec(policy=CHATTY)
     zero_at_100 = replace(ScalingMemory(), last_scale_down=100.0)
-    assert remember_early_wake(spec, zero_at_100, 110.0, 0, True).early_wakes == (110.0,)
-    assert remember_early_wake(spec, zero_at_100, 120.0, 0, True).early_wakes == (120.0,)
+    # Within two 10 s polls (what `early_wake_within` gives a burst).
+    assert remember_early_wake(zero_at_100, 110.0, 0, True, 20.0).early_wakes == (110.0,)
+    assert remember_early_wake(zero_at_100, 120.0, 0, True, 20.0).early_wakes == (120.0,)
     # Later than two polls: the queue was empty for a while.
-    assert remember_early_wake(spec, zero_at_100, 130.0, 0, True).early_wakes == ()
+    assert remember_early_wake(zero_at_100, 130.0, 0, True, 20.0).early_wakes == ()
     # Not active, or replicas up, or work already seen at zero (a deferred wake): nothing new.
-    assert remember_early_wake(spec, zero_at_100, 110.0, 0, False).early_wakes == ()
-    assert remember_early_wake(spec, zero_at_100, 110.0, 1, True).early_wakes == ()
-    assert remember_early_wake(spec, replace(zero_at_100, pending_since=105.0), 110.0, 0, True).early_wakes == ()
+    assert remember_early_wake(zero_at_100, 110.0, 0, False, 20.0).early_wakes == ()
+    assert remember_early_wake(zero_at_100, 110.0, 1, True, 20.0).early_wakes == ()
+    assert remember_early_wake(replace(zero_at_100, pending_since=105.0), 110.0, 0, True,
+                               20.0).early_wakes == ()
     # The last two are kept, and none older than a day.
     two = replace(zero_at_100, early_wakes=(10.0, 50.0))
-    assert remember_early_wake(spec, two, 110.0, 0, True).early_wakes == (50.0, 110.0)
-    assert remember_early_wake(spec, two, 50.0 + EARLY_WAKE_WINDOW, 3, False).early_wakes == ()
+    assert remember_early_wake(two, 110.0, 0, True, 20.0).early_wakes == (50.0, 110.0)
+    assert remember_early_wake(two, 50.0 + EARLY_WAKE_WINDOW, 3, False, 20.0).early_wakes == ()
+
+
+def test_a_trickle_back_within_the_scale_to_zero_delay_of_going_to_zero_is_an_early_wake() -> None:
+    # One message every two minutes on average: after a quiet five minutes the rule goes to zero, and the next
+    # message comes a few minutes later. Staying up for another delay would have cost no more than the delay just
+    # spent idle, and where a cold start misses the objective that wake made a message late.
+    assert early_wake_within(make_spec(policy=CHATTY), 300.0, need=0.2) == 300.0
+    zero_at_100 = replace(ScalingMemory(), last_scale_down=100.0)
+    assert remember_early_wake(zero_at_100, 340.0, 0, True, 300.0).early_wakes == (340.0,)
+    assert remember_early_wake(zero_at_100, 400.0, 0, True, 300.0).early_wakes == (400.0,)
+    # A quiet stretch longer than the delay again (a night, a lull between batches) is not.
+    assert remember_early_wake(zero_at_100, 410.0, 0, True, 300.0).early_wakes == ()
+    # More than a replica's work is a burst, which the rule readies for where it recurs: two polls decide.
+    assert early_wake_within(make_spec(policy=CHATTY), 300.0, need=5.0) == 20.0
+    assert early_wake_within(make_spec(policy=CHATTY), 5.0, need=0.2) == 20.0
 
 
 def test_two_early_wakes_keep_a_replica_only_where_a_cold_start_misses_the_objective() -> None:
@@ -54,7 +70,8 @@ def test_a_rule_kept_awake_says_why_instead_of_going_to_zero() -> None:
         decision = run.tick(float(t), 0, ages=(0.0,))
     assert decision.desired == 1
     assert decision.reason == Reason.HELD_BY_STABILIZATION
-    assert "work was counted at the first polls after going to zero 2 times within a day" in decision.message
+    assert ("work was counted soon after going to zero 2 times within a day (within two polls, or less than a "
+            "replica's work within the scale-to-zero delay 30s)") in decision.message
     # Without the wakes the same polls go to zero.
     fresh = Run(make_spec(policy={**CHATTY, "scaleToZeroDelay": "30s"}), current=1)
     assert [fresh.tick(float(t), 0, ages=(0.0,)).desired for t in range(100, 200, 10)][-1] == 0
