@@ -319,23 +319,30 @@ def startup_time(spec: QueueScalerSpec, measured: float | None = None) -> float:
 
 @dataclass(frozen=True)
 class ColdStart:
-    """How long a message that finds no free replica waits for a new one: the poll that sees it, the start-up,
-    and its own service time (rate mode with `targetWaitSeconds` only)."""
+    """How long a message that finds no free replica waits for a new one: the poll that sees it and the start-up
+    (rate mode with `targetWaitSeconds` only). A wait ends when a worker takes the message, so its own service
+    time is not part of it."""
 
     poll: float
     startup: float
     startup_known: bool  # stated (startupTime, lookahead) or measured; False: the 30 s default is assumed
-    service: float
+    service: float  # one message's service time, as the rule states it
     target_wait: float
 
     @property
     def wait(self) -> float:
-        return self.poll + self.startup + self.service
+        return self.poll + self.startup
 
     @property
     def fits(self) -> bool:
         """Whether a message that finds no free replica still starts within the objective."""
         return self.wait <= self.target_wait
+
+    @property
+    def burst_wait(self) -> float:
+        """How long a burst on idle capacity waits: each new replica takes one message per slot after the cold
+        start, and the next in line waits one service time more."""
+        return self.wait + self.service
 
 
 def cold_start(spec: QueueScalerSpec, measured_startup: float | None = None) -> ColdStart | None:
@@ -356,16 +363,15 @@ def cold_start_condition(
     """Whether `targetWaitSeconds` can be met by scaling up when work arrives: (fits, reason, message) for the
     rule's ColdStart condition and `check`; None where the rule states no wait objective.
 
-    A message that finds every replica busy waits for a new one at least a poll, a start-up and its own service
-    time. Where that is longer than the objective, no policy that reacts to the count meets it for a burst
-    beyond the replicas already running: only replicas kept ready (`minReplicas`, schedules) do.
+    A message that finds every replica busy waits for a new one at least a poll and a start-up (its wait ends when
+    the new replica takes it). Where that is longer than the objective, no policy that reacts to the count meets
+    it for a burst beyond the replicas already running: only replicas kept ready (`minReplicas`, schedules) do.
     """
     cold = cold_start(spec, measured_startup)
     if cold is None:
         return None
     startup = duration(cold.startup) + ("" if cold.startup_known else " (assumed: state startupTime)")
-    parts = (f"a poll ({duration(cold.poll)}), a start-up ({startup}) and one serviceTime "
-             f"({duration(cold.service)}): {duration(cold.wait)}")
+    parts = f"a poll ({duration(cold.poll)}) and a start-up ({startup}): {duration(cold.wait)}"
     objective = f"targetWaitSeconds {duration(cold.target_wait)}"
     if cold.fits:
         return True, "ColdStartFits", (
@@ -384,8 +390,8 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     """How long a rule stays inactive before going to zero: the rule's `scaleToZeroDelay`, else derived.
 
     Going to zero destroys nothing (an inactive count has nothing in flight); what it risks is the next message
-    waiting for a replica to start. When that wait, a poll plus the start-up plus one service time, fits in what
-    the drain time leaves of `targetWaitSeconds`, an idle replica kept warm buys no latency, only cost: it is
+    waiting for a replica to start. When that wait (a poll and the start-up) and one service time fit in what the
+    drain time leaves of `targetWaitSeconds`, an idle replica kept warm buys no latency, only cost: it is
     kept as long as a restart would cost (the start-up time, the ski-rental break-even), and at least two polls,
     so one empty poll between two messages does not stop it. Otherwise (count mode, no wait objective, or a wait
     objective a cold start cannot meet) the default 5 minutes.
@@ -397,9 +403,10 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     if cold is None:
         return DEFAULT_SCALE_TO_ZERO_DELAY
     # The message that wakes a replica, and what arrives behind it, must still drain within the drain time:
-    # the cold start has what the drain time leaves of the objective (the rest absorbs a wrong serviceTime).
+    # the cold start, and the service of the message that woke it, have what the drain time leaves of the
+    # objective (the rest absorbs a wrong serviceTime).
     cold_budget = cold.target_wait - (sizing(spec, measured_startup).drain_time or 0.0)
-    if cold.wait > cold_budget:
+    if cold.burst_wait > cold_budget:
         return DEFAULT_SCALE_TO_ZERO_DELAY
     return min(DEFAULT_SCALE_TO_ZERO_DELAY, max(UNNEEDED_POLLS * spec.polling_interval, cold.startup))
 
@@ -409,7 +416,7 @@ def scale_down_delay(spec: QueueScalerSpec, size: Sizing, measured_startup: floa
 
     A scale-in may stop a replica in the middle of a message (a ReplicaSet cannot tell busy pods from idle ones).
     Workers that drain (`onScaleIn: drain`) finish it first, so a scale-in destroys nothing, and where a cold
-    start (a poll, the start-up, one service time) fits in `targetWaitSeconds` a replica released too soon can
+    start (a poll, the start-up) fits in `targetWaitSeconds` a replica released too soon can
     be started again in time: idle capacity buys nothing, and is kept only until two polls in a row found it
     unneeded, so one poll's dip does not stop a replica the next poll wants back. Otherwise a stopped message
     comes back only when its visibility timeout ends, which a worker sets longer than a job: where one service
@@ -559,13 +566,13 @@ def stays_awake(spec: QueueScalerSpec, memory: ScalingMemory, measured_startup: 
 
 
 def readies_bursts(spec: QueueScalerSpec, measured_startup: float | None = None) -> bool:
-    """Whether the rule readies replicas for bursts that recur: where a cold start misses the objective (rate
-    mode with `targetWaitSeconds`), so that only replicas ready before a burst can meet it, unless the rule says
-    `recurringBursts: ignore`."""
+    """Whether the rule readies replicas for bursts that recur: where a burst on idle capacity misses the
+    objective (rate mode with `targetWaitSeconds`; a cold start and one service time, `ColdStart.burst_wait`), so
+    that only replicas ready before a burst can meet it, unless the rule says `recurringBursts: ignore`."""
     if spec.policy.recurring_bursts != "ready":
         return False
     cold = cold_start(spec, measured_startup)
-    return cold is not None and not cold.fits
+    return cold is not None and cold.burst_wait > cold.target_wait
 
 
 def remember_burst(

@@ -243,8 +243,8 @@ class RuleCheck:
             out.append(f"  releases capacity unneeded for {duration(delay)} ({why})"
                        + ("" if to_zero is None else f"; goes to zero after {duration(to_zero)} inactive"))
             if readies_bursts(rule_spec):
-                out.append("  readies replicas before a burst seen three times in a row at one period (a cold start "
-                           "misses the objective; recurringBursts: ignore turns it off)")
+                out.append("  readies replicas before a burst seen three times in a row at one period (a burst on "
+                           "idle capacity misses the objective; recurringBursts: ignore turns it off)")
         for spec, reading in zip(self.rule.spec.sources, self.readings, strict=True):
             what = f"  {spec.type} {spec.queue_label}: "
             if reading.error is not None:

@@ -116,8 +116,8 @@ class Policy:
     # What a worker does when a scale-in stops it: dies with its messages (kill, assumed when unknown), finishes
     # them first (drain), or hands them back (release). A scale-in that destroys nothing can come sooner.
     on_scale_in: ScaleInAction = "kill"
-    # Where a cold start misses targetWaitSeconds: start replicas before a burst seen recurring at a steady period
-    # (ready), or only react to the count (ignore).
+    # Where a burst on idle capacity misses targetWaitSeconds: start replicas before a burst seen recurring at a
+    # steady period (ready), or only react to the count (ignore).
     recurring_bursts: RecurringBursts = "ready"
 
     @property
@@ -328,8 +328,8 @@ ON_SCALE_IN: Choice[ScaleInAction] = Choice(
         "`drain`, capacity is released sooner (`scaleDown.delay`)")
 RECURRING_BURSTS: Choice[RecurringBursts] = Choice(
     "recurringBursts", choices=get_args(RecurringBursts), default=Policy.recurring_bursts,
-    doc="where a poll, the start-up and one `serviceTime` exceed `targetWaitSeconds` (the `ColdStart` condition is "
-        "False): `ready`, bursts seen three times in a row at one period are expected again, and the replicas "
+    doc="where a poll, the start-up and one `serviceTime` exceed `targetWaitSeconds` (a burst on idle capacity "
+        "misses it): `ready`, bursts seen three times in a row at one period are expected again, and the replicas "
         "that clear the largest within `targetWaitSeconds` are started a start-up and a poll before the next is "
         "due; `ignore`, the rule only reacts to the count (see [policy.md](policy.md), *Bursts that recur*)")
 SCALE_UP = Object("scaleUp", defaulted=True, fields=(COOLDOWN, STABILIZATION_WINDOW, STEP_POLICIES, SELECT_POLICY),

@@ -14,13 +14,14 @@ import pytest
 
 from benchmarks.fidelity import SCENARIOS, rule_for
 from benchmarks.policy_suite import our_rule
-from controller import kills
+from controller import kills, policy
 from controller.commands.simulate import load_rules
 from controller.model.fields import SpecError
 from controller.model.readings import Reason, ScaleEvent, ScalingMemory
 from controller.model.rule import QueueScaler
 from controller.policy import (
     busy_replicas,
+    cold_start,
     cold_start_condition,
     decide,
     raw_need,
@@ -35,7 +36,7 @@ from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, load_scenario
 from tests.policy_helpers import Run, make_spec, seen
-from tests.sim_helpers import holdout_path, holdout_scenario
+from tests.sim_helpers import holdout_path, holdout_scenario, run_scripted, scenario
 
 HOLDOUT_LONG_BATCH = holdout_path("holdout-long-batch")
 
@@ -528,13 +529,13 @@ MOSAIC = {"targetWaitSeconds": 30, "serviceTime": "500ms", "startupTime": "20s"}
 
 
 def test_an_objective_shorter_than_a_cold_start_is_said_to_need_replicas_kept_ready() -> None:
-    # 10 s poll + 20 s start-up + 0.5 s service = 30.5 s > 30 s: a burst on idle capacity misses it.
-    met, reason, message = cold_start_condition(make_spec(policy=MOSAIC), None, kept_ready=0) or (True, "", "")
+    # 10 s poll + 25 s start-up = 35 s > 30 s: a message that finds no free replica misses it.
+    slow = make_spec(policy={**MOSAIC, "startupTime": "25s"})
+    met, reason, message = cold_start_condition(slow, None, kept_ready=0) or (True, "", "")
     assert (met, reason) == (False, "ColdStartTooSlow")
-    assert "a poll (10s), a start-up (20s) and one serviceTime (0.5s): 30.5s, more than targetWaitSeconds 30s" \
-        in message
+    assert "a poll (10s) and a start-up (25s): 35s, more than targetWaitSeconds 30s" in message
     assert "keep replicas ready (minReplicas or a schedule)" in message
-    kept = cold_start_condition(make_spec(policy=MOSAIC), None, kept_ready=10)
+    kept = cold_start_condition(slow, None, kept_ready=10)
     assert kept is not None and kept[:2] == (True, "ReplicasKeptReady") and kept[2].startswith("10 replicas kept")
 
 
@@ -544,9 +545,30 @@ def test_a_cold_start_within_the_objective_fits_and_the_measured_startup_counts(
     unstated = make_spec(policy={"targetWaitSeconds": 30, "serviceTime": "500ms"})
     measured = cold_start_condition(unstated, 15.0, kept_ready=0)
     assert measured is not None and measured[:2] == (True, "ColdStartFits") and "a start-up (15s)" in measured[2]
-    assumed = cold_start_condition(unstated, None, kept_ready=0)  # 10 + 30 (assumed) + 0.5 > 30
+    assumed = cold_start_condition(unstated, None, kept_ready=0)  # 10 + 30 (assumed) > 30
     assert assumed is not None and assumed[:2] == (False, "ColdStartTooSlow")
     assert "a start-up (30s (assumed: state startupTime))" in assumed[2]
+
+
+def test_a_cold_start_is_a_poll_and_a_start_up_as_the_simulator_measures_a_wait() -> None:
+    # A wait ends when a worker takes the message (docs/simulator.md: dequeue - due), so a message that finds no
+    # free replica waits a poll and a start-up, not its own service time too; the one behind it, on the same new
+    # replica, waits one service time more: a burst on idle capacity. Referee: the simulated world. Two messages
+    # due at 0 s, seen by the poll at 10 s, which asks for a replica that takes 20 s to start and 5 s a message.
+    spec = make_spec(policy={"targetWaitSeconds": 30, "serviceTime": "5s", "startupTime": "20s"})
+    cold = cold_start(spec)
+    assert cold is not None and (cold.wait, cold.burst_wait) == (30.0, 35.0)
+    assert cold.fits  # the first message starts within 30 s ...
+    assert policy.readies_bursts(spec)  # ... the second does not, so recurring bursts are readied for
+    world = scenario(duration=120, arrivals=[{"type": "burst", "at": 0, "messages": 2}],
+                     workers={"startupDelay": 20, "serviceTime": 5, "concurrency": 1, "maxReplicas": 5})
+    waits = run_scripted(world, {10: 1}).wait_histogram
+    assert waits == {cold.wait: 1, cold.burst_wait: 1}
+    # photo-mosaic: a 10 s poll and a 20 s start-up meet its 30 s objective exactly; its bursts (one 0.5 s slice
+    # more) do not, and are readied for where they recur.
+    mosaic = cold_start(make_spec(policy=MOSAIC))
+    assert mosaic is not None and mosaic.fits and mosaic.burst_wait == 30.5
+    assert policy.readies_bursts(make_spec(policy=MOSAIC))
 
 
 def test_rules_without_a_wait_objective_are_told_nothing() -> None:

@@ -248,10 +248,10 @@ async def test_the_recorder_tells_each_events_outcome() -> None:
 
 
 def test_a_rule_whose_objective_a_cold_start_cannot_meet_says_so_in_wait_objective() -> None:
-    policy = {"targetWaitSeconds": 30, "serviceTime": "500ms", "startupTime": "20s"}
+    policy = {"targetWaitSeconds": 30, "serviceTime": "500ms", "startupTime": "25s"}
     found = conditions(tick_status(result(1000, policy=policy), None, NOW))["ColdStart"]
     assert (found["status"], found["reason"]) == ("False", "ColdStartTooSlow")
-    assert "30.5s, more than targetWaitSeconds 30s" in found["message"]
+    assert "a poll (10s) and a start-up (25s): 35s, more than targetWaitSeconds 30s" in found["message"]
     kept = conditions(tick_status(result(1000, policy=policy, minReplicas=4), None, NOW))["ColdStart"]
     assert (kept["status"], kept["reason"]) == ("True", "ReplicasKeptReady")
     fits = conditions(tick_status(result(1000, policy={**policy, "targetWaitSeconds": 60}), None, NOW))
