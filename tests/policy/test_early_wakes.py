@@ -100,6 +100,23 @@ def test_the_held_out_chatty_producer_meets_its_objective_once_its_early_wakes_k
     assert awake.worker_seconds <= 1.1 * before.worker_seconds
 
 
+def test_the_held_out_tiny_trickle_meets_its_objective_once_two_trickle_wakes_keep_a_replica(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # holdout-tiny-trickle: one request every two minutes (Poisson), 5 s jobs, 90 s start-ups, a 60 s objective.
+    # With only two polls to call a wake early, the rule went to zero nine times in three hours and each wake made
+    # a request wait a start-up: p99 124 s. Wakes within the scale-to-zero delay keep a replica after the second.
+    scenario = holdout_scenario("holdout-tiny-trickle")
+    rule = our_rule(scenario)
+    awake = run_rule(scenario, rule).metrics
+    assert awake.wait_p99 <= scenario.slo_wait
+    monkeypatch.setattr(policy, "early_wake_within", lambda spec, *_: 2 * spec.polling_interval)
+    before = run_rule(scenario, rule).metrics
+    assert before.wait_p99 > scenario.slo_wait
+    # One replica throughout costs 86,400 worker-seconds: the rule now costs about that, no more.
+    assert awake.worker_seconds <= 86400
+
+
 def test_the_live_fidelity_scenario_of_flushes_stays_awake_after_two_early_wakes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

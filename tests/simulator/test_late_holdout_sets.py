@@ -1,7 +1,7 @@
-"""Issue 18: the fifth to fourteenth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
-d584a70, 2fd804a, 1a08630, c8622dc, 88255a0, c445199), run first with the policy unchanged and then moved into the
-suite (docs/benchmarks.md, *The fifth held-out set* to *The fourteenth held-out set*). They must stay in the suite under
-their own names, on seeds no other scenario draws."""
+"""Issue 18: the fifth to fifteenth held-out sets, each written before any run (d8643a1, 9082529, 170343b, 597e80c,
+d584a70, 2fd804a, 1a08630, c8622dc, 88255a0, c445199, 92c0178), run first with the policy unchanged and then moved into
+the suite (docs/benchmarks.md, *The fifth held-out set* to *The fifteenth held-out set, first run*). They must stay
+in the suite under their own names, on seeds no other scenario draws."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ SETS = {
     "thirteenth": ("backoff-retries", "image-ai", "ledger-export", "nightly-model", "over-provisioned",
                    "quarterly-close"),
     "fourteenth": ("debounce", "late-key", "node-single", "probe-fanout", "sensor-beat", "webhook-relay"),
+    "fifteenth": ("ci-runners", "geo-follow", "stepped-cliff", "timeout-flaps", "tiny-trickle", "ttl-expiry"),
 }
 PATHS = {name: [ROOT / "benchmarks" / "scenarios" / f"holdout-{s}.yaml" for s in scenarios]
          for name, scenarios in SETS.items()}
