@@ -11,9 +11,9 @@ No I/O and no clock of its own. The order of the steps, each documented in docs/
    `lookahead` projects a growing backlog forward;
 4. tolerance: a need within `tolerance` of current keeps current;
 5. activation: wake from zero only above `activationThreshold`; go to zero only after `scaleToZeroDelay` inactive;
-   where a cold start misses `targetWaitSeconds`, replicas readied for a burst that recurs at a steady period, and
-   one replica kept where work was counted soon after going to zero (within two polls or the scale-to-zero delay)
-   twice within a day;
+   where a burst on idle capacity misses `targetWaitSeconds`, replicas readied for a burst that recurs at a steady
+   period, and where a cold start misses it, one replica kept where work was counted soon after going to zero
+   (within two polls, or a trickle within the scale-to-zero delay) twice within a day;
 6. stabilization windows (HPA semantics: min of recent recommendations going up, max going down); where pods are
    killed and the last hour's scale-ins stopped more than the objective's budget, a release waits for a quiet
    poll and keeps the steady level's replicas (controller/kills.py);
@@ -394,7 +394,7 @@ def scale_to_zero_delay(spec: QueueScalerSpec, measured_startup: float | None = 
     drain time leaves of `targetWaitSeconds`, an idle replica kept warm buys no latency, only cost: it is
     kept as long as a restart would cost (the start-up time, the ski-rental break-even), and at least two polls,
     so one empty poll between two messages does not stop it. Otherwise (count mode, no wait objective, or a wait
-    objective a cold start cannot meet) the default 5 minutes.
+    objective a cold start and one service time do not fit) the default 5 minutes.
     """
     policy = spec.policy
     if policy.scale_to_zero_delay is not None:
@@ -416,9 +416,9 @@ def scale_down_delay(spec: QueueScalerSpec, size: Sizing, measured_startup: floa
 
     A scale-in may stop a replica in the middle of a message (a ReplicaSet cannot tell busy pods from idle ones).
     Workers that drain (`onScaleIn: drain`) finish it first, so a scale-in destroys nothing, and where a cold
-    start (a poll, the start-up) fits in `targetWaitSeconds` a replica released too soon can
-    be started again in time: idle capacity buys nothing, and is kept only until two polls in a row found it
-    unneeded, so one poll's dip does not stop a replica the next poll wants back. Otherwise a stopped message
+    start (a poll and the start-up) fits in `targetWaitSeconds` a replica released too soon can be started again
+    in time: idle capacity buys nothing, and is kept only until two polls in a row found it unneeded, so one
+    poll's dip does not stop a replica the next poll wants back. Otherwise a stopped message
     comes back only when its visibility timeout ends, which a worker sets longer than a job: where one service
     time (at the throughput the sizing trusts) is longer than what the drain time leaves of `targetWaitSeconds`,
     every message so stopped misses the objective, so capacity is kept until the jobs running when the need fell
