@@ -437,11 +437,13 @@ def scale_down_delay_why(
     if size.throughput is None or size.drain_time is None or policy.target_wait is None:
         return DEFAULT_SCALE_DOWN_DELAY, "the default"
     cold = cold_start(spec, measured_startup)
-    if policy.on_scale_in == "drain" and cold is not None and cold.fits:
+    long_jobs = stopped_jobs_miss(spec, size)
+    if policy.on_scale_in == "drain" and cold is not None and cold.fits and not long_jobs:
         return UNNEEDED_POLLS * spec.polling_interval, "two polls: workers drain, and a cold start fits the objective"
-    if stopped_jobs_miss(spec, size):
+    if long_jobs:
         return max(DEFAULT_SCALE_DOWN_DELAY, (size.per_replica or 1) / size.throughput), (
-            "one serviceTime: a job a scale-in stops would miss the objective")
+            "one serviceTime: a message behind a busy replica would wait out a job longer than the drain time leaves"
+            if policy.on_scale_in == "drain" else "one serviceTime: a job a scale-in stops would miss the objective")
     return DEFAULT_SCALE_DOWN_DELAY, "the default"
 
 
