@@ -416,13 +416,15 @@ def scale_down_delay(spec: QueueScalerSpec, size: Sizing, measured_startup: floa
 
     A scale-in may stop a replica in the middle of a message (a ReplicaSet cannot tell busy pods from idle ones).
     Workers that drain (`onScaleIn: drain`) finish it first, so a scale-in destroys nothing, and where a cold
-    start (a poll and the start-up) fits in `targetWaitSeconds` a replica released too soon can be started again
-    in time: idle capacity buys nothing, and is kept only until two polls in a row found it unneeded, so one
-    poll's dip does not stop a replica the next poll wants back. Otherwise a stopped message
-    comes back only when its visibility timeout ends, which a worker sets longer than a job: where one service
-    time (at the throughput the sizing trusts) is longer than what the drain time leaves of `targetWaitSeconds`,
-    every message so stopped misses the objective, so capacity is kept until the jobs running when the need fell
-    could have finished: one service time. Otherwise (short jobs, count mode, no wait objective) 2 minutes.
+    start (a poll and the start-up) fits in `targetWaitSeconds`, and one job in what the drain time leaves of it, a
+    replica released too soon can be started again in time: idle capacity buys nothing, and is kept only until two
+    polls in a row found it unneeded, so one poll's dip does not stop a replica the next poll wants back.
+    Otherwise a stopped message comes back only when its visibility timeout ends, which a worker sets longer than a
+    job: where one service time (at the throughput the sizing trusts) is longer than what the drain time leaves of
+    `targetWaitSeconds`, every message so stopped misses the objective, and one queued behind a busy replica (as
+    the drain-time sizing counts a fraction of a job per replica) waits its job out, so capacity is kept until the
+    jobs running when the need fell could have finished: one service time. Otherwise (short jobs, count mode, no
+    wait objective) 2 minutes.
     """
     return scale_down_delay_why(spec, size, measured_startup)[0]
 
