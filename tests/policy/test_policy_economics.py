@@ -36,8 +36,8 @@ from controller.policy import (
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import Scenario, load_scenario
-from tests.policy_helpers import Run, make_spec, seen, source
-from tests.sim_helpers import holdout_path, holdout_scenario, parse_rule, run_rule, run_scripted, scenario
+from tests.policy_helpers import Run, make_spec, seen
+from tests.sim_helpers import fidelity_scenario, holdout_path, holdout_scenario, run_rule, run_scripted, scenario
 
 HOLDOUT_LONG_BATCH = holdout_path("holdout-long-batch")
 
@@ -291,24 +291,22 @@ def test_workers_that_drain_release_capacity_after_two_polls_when_a_cold_start_f
 
 
 def test_clumps_of_jobs_longer_than_the_drain_time_leaves_keep_their_replicas() -> None:
-    # Clumps of 6 jobs of 20-40 s every minute, one per pod, on pods that drain, under a 20 s objective: a cold start
-    # (a 5 s poll, a 5 s start-up) fits, but a job is longer than the 10 s the drain time leaves, so a message queued
-    # behind a busy replica waits a job out. Released two polls after it was unneeded, the capacity was down to 1
-    # as the next clump landed, and the drain-time sizing, counting a third of a job per replica, asked for 4 more
-    # for its 6: one waited for a job to end, p99 33 s. Held for one serviceTime, as jobs that long are: p99 10 s.
-    policy = {"targetWaitSeconds": 20, "serviceTime": "30s", "messagesPerReplica": 1, "startupTime": "5s",
-              "onScaleIn": "drain"}
-    spec = make_spec(pollingInterval=5, policy=policy)
-    assert scale_down_delay_why(spec, sizing(spec)) == (
+    # benchmarks/scenarios/fidelity/fidelity-clumps.yaml with its rule: clumps of 6 jobs of 20-40 s every minute, one
+    # per pod, on pods that drain, under a 20 s objective. A cold start (a 5 s poll, a 5 s start-up) fits, but a job
+    # is longer than the 10 s the drain time leaves, so a message queued behind a busy replica waits a job out.
+    # Released two polls after it was unneeded, the capacity was down to 1 as the next clump landed, and the
+    # drain-time sizing, counting a third of a job per replica, asked for 4 more for its 6: one waited for a job to
+    # end. Live (2026-11-30, `queuescale demo --scenario` with each rule): p99 36.55 s released, 9.88 s held.
+    scenario, rule = fidelity_scenario("clumps")
+    assert scale_down_delay_why(rule.spec, sizing(rule.spec)) == (
         120.0, "one serviceTime: a message behind a busy replica would wait out a job longer than the drain time leaves")
-    clumps = scenario(duration=300, seed=47, slo={"waitSeconds": 20}, queue={"visibilityTimeout": 60},
-                      workers={"startupDelay": 5, "serviceTime": {"distribution": "uniform", "min": 20, "max": 40},
-                               "concurrency": 1, "scaleIn": "drain", "terminationGracePeriod": 60, "maxReplicas": 10},
-                      arrivals=[{"type": "batch", "every": 60, "at": 5, "messages": 6, "over": 2}])
-    rule = parse_rule("clumps", maxReplicas=10, pollingInterval=5, sources=[source()], policy=policy)
-    held = run_rule(clumps, rule)
-    assert held.metrics.wait_p99 <= 20
+    held = run_rule(scenario, rule)
+    assert held.metrics.wait_p99 <= scenario.slo_wait
     assert held.scale_actions[0] == (10, 0, 7)
+    policy = replace(rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=10.0))
+    released = run_rule(scenario, replace(rule, spec=replace(rule.spec, policy=policy)))
+    assert released.metrics.wait_p99 > scenario.slo_wait
+    assert released.metrics.worker_seconds < held.metrics.worker_seconds
 
 
 def test_draining_workers_keep_the_default_delay_where_a_cold_start_misses_or_no_objective_is_stated() -> None:
