@@ -270,6 +270,7 @@ async def run_one(
             progress(t)
             next_report += report_every
 
+    world.count_unserved(steps)
     tally = world.totals()
     reactions = []
     starts = plan.burst_starts

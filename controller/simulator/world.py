@@ -460,17 +460,21 @@ class World:
     def _expire(self, t: int) -> None:
         expiring = self.expiring
         while expiring and (not expiring[0].count or expiring[0].expires <= t):
-            self._drop(expiring.popleft())
+            self._drop(expiring.popleft(), t)
         late = self.expiring_late
         while late and late[0][0] <= t:
-            self._drop(heapq.heappop(late)[2])
+            self._drop(heapq.heappop(late)[2], t)
 
-    def _drop(self, cohort: Cohort) -> None:
+    def _drop(self, cohort: Cohort, t: int) -> None:
+        """The cohort expires at `t`. Messages never taken count in the waits as waiting until then: their wait
+        ended unserved, and leaving them out would let a policy meet an objective by letting work expire."""
         n = cohort.count
         if not n:
             return
         cohort.count = 0
         self.tally.expired += n
+        if not cohort.deliveries and cohort.due <= t:
+            self._count_wait(t - cohort.due, n)
         if cohort.state == VISIBLE:
             self.visible_count -= n
         else:
@@ -609,6 +613,18 @@ class World:
         """Messages still in the queue at the end (visible, delayed or in flight)."""
         return self.approximate_count
 
+    def count_unserved(self, t: int) -> None:
+        """The run ends at `t`: each visible message never taken counts in the waits with its wait so far, a lower
+        bound, so that a backlog left at the end is not a backlog that never waited. (A delayed message that was
+        never taken is not due yet; one taken before counted when it was.)"""
+        for cohort in self.visible:
+            if cohort.count and not cohort.deliveries:
+                self._count_wait(t - cohort.due, cohort.count)
+
+    def _count_wait(self, wait: int, n: int) -> None:
+        histogram = self.tally.wait_histogram
+        histogram[wait] = histogram.get(wait, 0) + n
+
     def sample(self, t: int, arrivals: int) -> Sample:
         draining = sum(g.count for g in self.drains)
         return Sample(
@@ -721,6 +737,10 @@ class MultiQueueWorld:
     @property
     def remaining(self) -> int:
         return self.approximate_count
+
+    def count_unserved(self, t: int) -> None:
+        for q in self.queues:
+            q.count_unserved(t)
 
     def set_desired(self, replicas: int, t: int) -> None:
         for q in self.queues:

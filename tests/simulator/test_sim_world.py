@@ -186,6 +186,27 @@ def test_messages_expire_after_their_time_to_live() -> None:
     assert world.approximate_count == 0
 
 
+def test_a_message_that_expires_untaken_counts_as_waiting_until_it_expired() -> None:
+    # Without it, a policy that lets work expire has no late messages: 7 put, none taken, a p99 wait of 0.
+    world = _world(visibility_timeout=30, ttl=60)
+    world.put(0, 7)
+    world.put(30, 3)
+    for t in range(100):
+        world.step(t)
+    assert world.tally.expired == 10
+    assert world.tally.wait_histogram == {60: 10}
+
+
+def test_a_backlog_left_at_the_end_counts_its_waits_so_far() -> None:
+    # No replica ever: 20 messages put at 100 s are still queued when the 600 s run ends. Left out, the run
+    # reported no wait at all; they have waited at least 500 s.
+    sc = scenario(duration=600, workers={"startupDelay": 0, "serviceTime": 1, "initialReplicas": 0},
+                  arrivals=[{"type": "burst", "at": 100, "messages": 20, "over": 1}])
+    m = simulate(sc, [Contender("none", lambda w: StaticAutoscaler("none", 0, w))])[0].metrics
+    assert (m.messages_processed, m.messages_remaining) == (0, 20)
+    assert m.wait_p99 == m.wait_max == 500
+
+
 def test_pods_take_no_work_before_they_are_ready() -> None:
     world = _world(visibility_timeout=300)
     world.put(0, 4)
