@@ -156,6 +156,20 @@ def scale_in_duplicates(record: LiveRecord, deliveries: Sequence[Delivery]) -> i
     return stopped
 
 
+def unserved_waits(record: LiveRecord, received: set[int], end: float) -> list[float]:
+    """The waits of the messages sent and never received before `end`, as the simulator counts them: one that
+    expired waited until it expired, one still queued waited until the end (a lower bound); one not yet due has
+    not waited."""
+    waits = []
+    for m in record.sent:
+        if m.message in received or m.sent >= end:
+            continue
+        until = end if record.ttl is None else min(end, m.sent + record.ttl)
+        if until >= m.sent + m.delay:
+            waits.append(until - (m.sent + m.delay))
+    return waits
+
+
 def measure(record: LiveRecord, scenario: Scenario, plan: ArrivalPlan) -> Metrics:
     """The simulator's `Metrics` for this live run."""
     start, end = record.start, record.start + record.duration
@@ -164,14 +178,16 @@ def measure(record: LiveRecord, scenario: Scenario, plan: ArrivalPlan) -> Metric
                          for p in record.processes)
     deliveries = [d for d in record.deliveries if start <= d.received < end]
     due_at = {m.message: m.sent + m.delay for m in record.sent}  # a scheduled message waits once it is due
-    waits = sorted(max(0.0, d.received - due_at[d.message]) for d in deliveries if d.message in due_at)
+    waits = [max(0.0, d.received - due_at[d.message]) for d in deliveries if d.message in due_at]
+    received_messages = {d.message for d in record.deliveries if d.received < end}
+    waits += unserved_waits(record, received_messages, end)
+    waits.sort()
     busy = 0.0
     for d in deliveries:
         until = d.ended if d.ended is not None else pids_stopped.get(d.pid) or end
         busy += _overlap(d.received, until, start, end)
     busy /= record.concurrency
     processed = sum(1 for d in record.deliveries if d.deleted and d.ended is not None and start <= d.ended < end)
-    received_messages = {d.message for d in record.deliveries if d.received < end}
     expired = 0
     if record.ttl is not None:
         expired = sum(1 for m in record.sent if m.message not in received_messages and m.sent + record.ttl <= end)

@@ -83,6 +83,17 @@ def test_waits_are_received_minus_sent_and_a_redelivery_counts_again_with_its_lo
     assert metrics.busy_worker_seconds == pytest.approx((9 + 2 + 1) / 2)
 
 
+def test_a_message_never_received_counts_its_wait_until_it_expired_or_the_run_ended() -> None:
+    # As the simulator counts them (World._drop, World.count_unserved): message 0 expires at +20 unreceived (20 s),
+    # message 1 is still queued at the end (15 s so far), message 2 is not due before the end (no wait).
+    sent = (SentMessage(0, T0), SentMessage(3, T0 + 10), SentMessage(1, T0 + 45), SentMessage(2, T0 + 50, 30.0))
+    deliveries = (Delivery(3, 7, T0 + 12, 1, T0 + 13, True),)
+    metrics = measure(record(ttl=20.0, sent=sent, deliveries=deliveries, processes=(Lifetime(7, T0, T0 + 60),)),
+                      SCENARIO, PLAN)
+    assert (metrics.wait_max, metrics.wait_p50, metrics.wait_mean) == (20.0, 15.0, round(37 / 3, 3))
+    assert metrics.expired_messages == 1
+
+
 def test_a_duplicate_after_a_scale_in_is_told_from_one_after_work_that_outlasted_its_visibility_timeout() -> None:
     sent = (SentMessage(1, T0), SentMessage(2, T0), SentMessage(3, T0))
     deliveries = (
