@@ -134,3 +134,21 @@ def test_the_live_fidelity_scenario_of_flushes_stays_awake_after_two_early_wakes
     monkeypatch.setattr(policy, "stays_awake", lambda *_, **__: False)
     cycling = run_rule(sc, rule).scale_actions
     assert len(cycling) == 11 and cycling[-1] == (210, 0, 1)
+
+
+def test_the_live_fidelity_scenario_of_a_trickle_stays_awake_after_two_wakes_within_the_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # benchmarks/scenarios/fidelity/fidelity-trickle.yaml with its own rule: 2 messages a minute from 2 s, a 25 s
+    # scale-to-zero delay, 5 s polls. The rule goes to zero at 45 s and 105 s, and the drips at 62 s and 122 s are
+    # counted 20 s after it, later than two polls: wakes early only as a trickle's (within the delay). After the
+    # second it stays at one replica, and the later drips do not wait a cold start.
+    sc, rule = fidelity_scenario("trickle")
+    awake = run_rule(sc, rule)
+    assert awake.scale_actions == [(10, 0, 1), (45, 1, 0), (70, 0, 1), (105, 1, 0), (130, 0, 1)]
+    monkeypatch.setattr(policy, "early_wake_within", lambda spec, *_: 2 * spec.polling_interval)
+    cycling = run_rule(sc, rule)
+    assert len(cycling.scale_actions) == 14
+    assert cycling.wait_histogram == {13: 14}  # every drip waits its wake's poll, the deferral and a start-up
+    assert awake.wait_histogram == {13: 6, 0: 8}
+
