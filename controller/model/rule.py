@@ -311,15 +311,14 @@ STABILIZATION_WINDOW = Duration("stabilizationWindow", default=DirectionPolicy.s
 SCALE_DOWN_DELAY = Duration(
     "delay",
     description="Release capacity once unneeded this long, in one step. Default 2m; in rate mode with "
-                "targetWaitSeconds, one serviceTime when it is longer than what drainTime leaves of it, else two "
-                "polls when onScaleIn is drain and a cold start fits in targetWaitSeconds; no schema default so it "
+                "targetWaitSeconds, two polls when onScaleIn is drain and a cold start fits in targetWaitSeconds, "
+                "else one serviceTime when it is longer than what drainTime leaves of it; no schema default so it "
                 "can be derived.",
     doc="release capacity only once unneeded this long, then in one step to the most this time asked for; "
-        "unset: 2m, or in rate mode with `targetWaitSeconds`: one `serviceTime` when it is longer than what "
-        "`drainTime` leaves of it (a job stopped by a scale-in would then miss the objective, and a message queued "
-        "behind a busy replica waits a job out), else two polling intervals when `onScaleIn` is `drain` and a "
-        "poll plus the start-up fit in `targetWaitSeconds` (a released replica can be started again in time, and "
-        "stops nothing; see [policy.md](policy.md))")
+        "unset: 2m, or in rate mode with `targetWaitSeconds`: two polling intervals when `onScaleIn` is `drain` "
+        "and a poll plus the start-up fit in `targetWaitSeconds` (a released replica can be started again in time, "
+        "and stops nothing; see [policy.md](policy.md)), else one `serviceTime` when it is longer than what "
+        "`drainTime` leaves of it (a job stopped by a scale-in would then miss the objective)")
 ON_SCALE_IN: Choice[ScaleInAction] = Choice(
     "onScaleIn", choices=get_args(ScaleInAction), default=Policy.on_scale_in,
     doc="what a worker does when a scale-in stops it (SIGTERM): `kill`, it dies and its messages wait out their "

@@ -290,23 +290,31 @@ def test_workers_that_drain_release_capacity_after_two_polls_when_a_cold_start_f
     assert (released.desired, released.reason) == (2, Reason.SCALED_DOWN)  # two in flight, in one step
 
 
-def test_clumps_of_jobs_longer_than_the_drain_time_leaves_keep_their_replicas() -> None:
+def test_clumps_of_jobs_longer_than_the_drain_time_get_a_replica_each_and_are_released_after_two_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # benchmarks/scenarios/fidelity/fidelity-clumps.yaml with its rule: clumps of 6 jobs of 20-40 s every minute, one
-    # per pod, on pods that drain, under a 20 s objective. A cold start (a 5 s poll, a 5 s start-up) fits, but a job
-    # is longer than the 10 s the drain time leaves, so a message queued behind a busy replica waits a job out.
-    # Released two polls after it was unneeded, the capacity was down to 1 as the next clump landed, and the
-    # drain-time sizing, counting a third of a job per replica, asked for 4 more for its 6: one waited for a job to
-    # end. Live (2026-11-30, `queuescale demo --scenario` with each rule): p99 36.55 s released, 9.88 s held.
+    # per pod, on pods that drain, under a 20 s objective; a cold start (a 5 s poll, a 5 s start-up) fits. A job is
+    # longer than the 10 s drain time, so each message is sized a replica of its own (`backlog_per_replica`), and the
+    # clump's replicas go two polls after they are unneeded.
     scenario, rule = fidelity_scenario("clumps")
+    assert sizing(rule.spec).target == 1.0
     assert scale_down_delay_why(rule.spec, sizing(rule.spec)) == (
-        120.0, "one serviceTime: a message behind a busy replica would wait out a job longer than the drain time leaves")
-    held = run_rule(scenario, rule)
+        10.0, "two polls: workers drain, and a cold start fits the objective")
+    whole = run_rule(scenario, rule)
+    assert whole.metrics.wait_p99 <= scenario.slo_wait
+    assert whole.scale_actions[0] == (10, 0, 9)  # 6 counted, growing: projected over the start-up, one each
+    # Sized at a third of a job per replica (before 2026-11-30), the clump's replicas released after two polls left
+    # one replica as the next clump landed, the rule asked for 4 more for its 6, and one message waited a job out:
+    # live (`queuescale demo --scenario`, 2026-11-30) p99 36.55 s. Held for one serviceTime (the fix of that day)
+    # it met the objective at more worker-seconds than a replica for each job.
+    monkeypatch.setattr(policy, "backlog_per_replica", lambda _per, throughput, drain: throughput * drain)
+    fraction = run_rule(scenario, rule)
+    assert fraction.metrics.wait_p99 > scenario.slo_wait
+    held_policy = replace(rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=120.0))
+    held = run_rule(scenario, replace(rule, spec=replace(rule.spec, policy=held_policy)))
     assert held.metrics.wait_p99 <= scenario.slo_wait
-    assert held.scale_actions[0] == (10, 0, 7)
-    policy = replace(rule.spec.policy, scale_down=replace(rule.spec.policy.scale_down, delay=10.0))
-    released = run_rule(scenario, replace(rule, spec=replace(rule.spec, policy=policy)))
-    assert released.metrics.wait_p99 > scenario.slo_wait
-    assert released.metrics.worker_seconds < held.metrics.worker_seconds
+    assert whole.metrics.worker_seconds < held.metrics.worker_seconds
 
 
 def test_draining_workers_keep_the_default_delay_where_a_cold_start_misses_or_no_objective_is_stated() -> None:
@@ -329,11 +337,13 @@ def test_workers_that_are_killed_or_release_keep_the_delays_of_lost_work() -> No
         assert scale_down_delay(spec, sizing(spec)) == 120.0, action
         long_jobs = make_spec(policy={**LONG_JOBS, "onScaleIn": action})
         assert scale_down_delay(long_jobs, sizing(long_jobs)) == 1200.0, action
-    # Long jobs that drain lose nothing on scale-in, and a cold start (10 + 60 s) fits the 30 minutes, but a job is
-    # longer than the 15 minutes the drain time leaves: a message queued behind a busy replica would wait it out, so
-    # capacity is held for one serviceTime (2 polls until 2026-11-30; see the clumps above).
+    # Long jobs that drain lose nothing on scale-in, and a cold start (10 + 60 s) fits the 30 minutes. A job is
+    # longer than the 15-minute drain time, so each message is sized a replica of its own (1 message a replica, not
+    # 1.75): none waits behind a busy one, and capacity goes two polls after it is unneeded (held one serviceTime for
+    # the fraction of a job sized before, on 2026-11-30; see the clumps above).
     long_drained = make_spec(policy={**LONG_JOBS, "onScaleIn": "drain"})
-    assert scale_down_delay(long_drained, sizing(long_drained)) == 1200.0
+    assert sizing(long_drained).target == 1.0
+    assert scale_down_delay(long_drained, sizing(long_drained)) == 20.0
     assert make_spec(policy=RATE).policy.on_scale_in == "kill"  # unknown: the worst case
 
 
