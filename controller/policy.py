@@ -295,8 +295,9 @@ class Sizing:
 
     `target` is the count one replica is sized for. In count mode it is `targetPerReplica` (KEDA's queueLength).
     In rate mode (serviceTime or throughputPerReplica given) it is derived: the messages one replica works on
-    (messagesPerReplica) plus the backlog it clears within the drain time (throughput x drainTime), so that at the
-    fixed point every replica is busy and a new message waits about the drain time.
+    (messagesPerReplica) plus the backlog it clears within the drain time (throughput x drainTime, none where one
+    job is longer than the drain time: `backlog_per_replica`), so that at the fixed point every replica is busy and
+    a new message waits about the drain time.
     """
 
     mode: str  # "count" or "rate"
