@@ -26,6 +26,7 @@ Prints one table; with --markdown writes it, with the command and the machine, t
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import sys
@@ -304,7 +305,10 @@ def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
             lines.append(measured_cells(row, name, label, m))
             name = ""
         lines.append((" ", "", "total service time", f"{row.floor:,.0f}", *[""] * 8))
-        if row.bound is not None:
+        if row.bound is not None and math.isinf(row.bound.worker_seconds):
+            lines.append((" ", f"{row.slo:g}", "no policy meets the SLO, even knowing every arrival (maxReplicas "
+                          "cannot do the work in time)", "-", *[""] * 8))
+        elif row.bound is not None:
             b = row.bound
             lines.append((" ", f"{row.slo:g}", "no policy below (knowing every arrival; a lucky run)",
                           f"{b.worker_seconds:,.0f} ({b.at_least:,.0f})", "", "", "", "",

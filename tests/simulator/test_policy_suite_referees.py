@@ -97,6 +97,11 @@ def test_a_burst_beyond_what_max_replicas_can_clear_is_one_no_policy_can_meet(tm
     assert most.metrics.wait_p99 > 300  # about 400 s by the arithmetic above
     assert row.referees.cheapest is None
     assert row.ours.wait_p99 > row.slo
+    # The offline bound agrees: three pods cannot take 600 jobs of 2 s within 30 s, whatever they know.
+    assert row.bound is not None and row.bound.worker_seconds == float("inf")
+    bound_line = next(line for line in table_rows([row]) if "knowing every arrival" in line[2])
+    assert bound_line[2:4] == ("no policy meets the SLO, even knowing every arrival (maxReplicas cannot do the work "
+                               "in time)", "-")
 
     line = summary([row])[0]
     assert (f"misses the 30s SLO; no policy can meet it (maxReplicas throughout: p99 {most.metrics.wait_p99:g}s)"
