@@ -92,6 +92,10 @@ ROWS: tuple[tuple[str, float, str, Change], ...] = (
       for s in (120.0, 1800.0, 2400.0)),
     *(("benchmarks/scenarios/holdout-slow-start.yaml", f, "drainTime 210 s (0.7 of the objective)", drain_time(210.0))
       for f in (1.0, 0.5, 2.0)),
+    *((name, 1.0, label, change) for name in ("benchmarks/scenarios/holdout-image-ai.yaml",
+                                               "benchmarks/scenarios/holdout-probe-fanout.yaml")
+      for label, change in (("scaleDown.delay 1800 s", scale_down_delay(1800.0)),
+                            ("never releasing anything", never_releasing))),
     *((name, f, "workers release on scale-in", releasing)
       for name in ("benchmarks/scenarios/holdout-report-renders.yaml", "flash-crowd",
                    "benchmarks/scenarios/holdout-long-batch.yaml") for f in (1.0, 0.5, 2.0)),
