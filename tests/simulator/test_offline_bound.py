@@ -5,57 +5,41 @@ and against what the simulator's contenders spend: none that meets its objective
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from benchmarks.offline_bound import offline_bound
 from benchmarks.policy_suite import contenders, kept_ready
 from controller.simulator.run import simulate
-from controller.simulator.scenario import Scenario, parse_scenario
-
-
-def scenario(text: str) -> Scenario:
-    return parse_scenario(yaml.safe_load(text), name="bound")
-
+from controller.simulator.scenario import Scenario
+from tests.sim_helpers import scenario
 
 # Twenty 100 s jobs at once, one to a pod, each to be taken within 1 s, on pods that take 30 s to start.
-AT_ONCE = """
-duration: 15m
-seed: 5
-slo: {waitSeconds: 1}
-queue: {visibilityTimeout: 10m}
-workers: {startupDelay: 30s, serviceTime: 100s, concurrency: 1, maxReplicas: 30}
-arrivals:
-  - {type: batch, every: 1h, at: 5m, messages: 20, over: 1s}
-"""
+AT_ONCE = scenario(duration=900, slo={"waitSeconds": 1},
+                   workers={"startupDelay": 30, "serviceTime": 100, "concurrency": 1, "maxReplicas": 30},
+                   arrivals=[{"type": "batch", "every": "1h", "at": 300, "messages": 20}])
 
 
 def test_jobs_that_must_start_together_each_need_a_pod_and_its_start_up() -> None:
     # By hand: twenty pods, each billed a 30 s start-up and its 100 s job, 2,600 worker-seconds. Pods may be
     # fractions in the bound, so the 1 s of slack spreads the work over 101 s: 20 x 100 / 101 pods, each a
     # start-up and 101 s, 2,594.
-    bound = offline_bound(scenario(AT_ONCE))
+    bound = offline_bound(AT_ONCE)
     assert bound.late_messages == 0
     assert bound.worker_seconds == pytest.approx(20 * 100 / 101 * (30 + 101), abs=1)
     assert bound.busy_worker_seconds == 2000
 
 
-# A 2 s job every minute, to be taken within 5 s, on pods that take 20 s to start: no pod can be asked for after
-# its message comes and be ready in time. Each message has a pod billed from 15 s before it comes to its job's end
-# at the soonest (asked for then, ready as the message's 5 s run out): a start-up and a job, 22 s, cheaper than
-# keeping the pod through the 60 s to the next.
-SPARSE = """
-duration: 15m
-seed: 5
-slo: {waitSeconds: 5}
-queue: {visibilityTimeout: 10m}
-workers: {startupDelay: 20s, serviceTime: 2s, concurrency: 4, maxReplicas: 5}
-arrivals:
-  - {type: batch, every: 1m, at: 30s, messages: 1, over: 1s}
-"""
+def sparse(duration: int, every: int, at: int) -> Scenario:
+    """A 2 s job every `every` seconds from `at`, to be taken within 5 s, on pods that take 20 s to start."""
+    return scenario(duration=duration, slo={"waitSeconds": 5},
+                    workers={"startupDelay": 20, "serviceTime": 2, "concurrency": 4, "maxReplicas": 5},
+                    arrivals=[{"type": "batch", "every": every, "at": at, "messages": 1}])
 
 
 def test_a_message_a_start_up_cannot_reach_in_time_has_a_pod_billed_from_before_it_comes() -> None:
-    bound = offline_bound(scenario(SPARSE))
+    # No pod can be asked for after its message comes and be ready in time. Each message has a pod billed from 15 s
+    # before it comes to its job's end at the soonest (asked for then, ready as the message's 5 s run out): a
+    # start-up and a job, 22 s, cheaper than keeping the pod through the 60 s to the next.
+    bound = offline_bound(sparse(900, 60, 30))
     # Fifteen messages (30 s, 90 s, ... 870 s), none of which may be late (1 % of 15 rounds to none).
     assert bound.late_messages == 0
     assert bound.one_pod == pytest.approx(15 * (20 + 2))
@@ -67,40 +51,27 @@ def test_a_message_a_start_up_cannot_reach_in_time_has_a_pod_billed_from_before_
 def test_the_one_message_in_a_hundred_that_may_be_late_is_the_one_not_covered() -> None:
     # 120 such messages over an hour: one may wait past the objective (99 % of 120 is 118.8), and a policy saves
     # most by leaving one of them to wait for a pod asked for when it comes: 30 s apart, each still costs 22 s.
-    bound = offline_bound(scenario(SPARSE.replace("duration: 15m", "duration: 1h").replace("every: 1m", "every: 30s")
-                                   .replace("at: 30s", "at: 15s")))
+    bound = offline_bound(sparse(3600, 30, 15))
     assert bound.late_messages == 1
     assert bound.one_pod == pytest.approx(119 * 22, abs=0.5)
 
 
 # Steady traffic and a burst, short enough to simulate every contender of the policy suite on it.
-MIXED = """
-duration: 20m
-seed: 11
-slo: {waitSeconds: 60}
-queue: {visibilityTimeout: 60s}
-workers: {startupDelay: 15s, serviceTime: {distribution: exponential, mean: 2s}, concurrency: 2, maxReplicas: 40}
-arrivals:
-  - {type: poisson, rate: 3}
-  - {type: batch, every: 1h, at: 8m, messages: 400, over: 20s}
-"""
+MIXED = scenario(duration=1200, seed=11, slo={"waitSeconds": 60},
+                 workers={"startupDelay": 15, "serviceTime": {"distribution": "exponential", "mean": 2},
+                          "concurrency": 2, "maxReplicas": 40},
+                 arrivals=[{"type": "poisson", "rate": 3},
+                           {"type": "batch", "every": "1h", "at": 480, "messages": 400, "over": 20}])
 
 # A trickle under an objective shorter than a start-up, and a burst: only pods kept through the trickle meet it.
-TRICKLE = """
-duration: 20m
-seed: 12
-slo: {waitSeconds: 10}
-queue: {visibilityTimeout: 60s}
-workers: {startupDelay: 25s, serviceTime: 1s, concurrency: 4, maxReplicas: 10}
-arrivals:
-  - {type: poisson, rate: 0.05}
-  - {type: batch, every: 1h, at: 10m, messages: 120, over: 10s}
-"""
+TRICKLE = scenario(duration=1200, seed=12, slo={"waitSeconds": 10},
+                   workers={"startupDelay": 25, "serviceTime": 1, "concurrency": 4, "maxReplicas": 10},
+                   arrivals=[{"type": "poisson", "rate": 0.05},
+                             {"type": "batch", "every": "1h", "at": 600, "messages": 120, "over": 10}])
 
 
-@pytest.mark.parametrize(("text", "binding"), [(MIXED, "capacity"), (TRICKLE, "one_pod")], ids=["mixed", "trickle"])
-def test_no_contender_meeting_the_objective_spends_less_than_the_bound(text: str, binding: str) -> None:
-    sc = scenario(text)
+@pytest.mark.parametrize(("sc", "binding"), [(MIXED, "capacity"), (TRICKLE, "one_pod")], ids=["mixed", "trickle"])
+def test_no_contender_meeting_the_objective_spends_less_than_the_bound(sc: Scenario, binding: str) -> None:
     bound = offline_bound(sc)
     assert bound.worker_seconds == getattr(bound, binding)
     runs = simulate(sc, [*contenders(sc, ()), *(kept_ready(n) for n in (1, 2, 3, 5, 8))])
