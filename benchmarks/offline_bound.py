@@ -96,15 +96,17 @@ def _dues(scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
     objective = math.floor(scenario.slo_wait)
     every = np.zeros(steps)
     bound = np.zeros(steps)
-    ttl = scenario.queue.ttl
-    for delay, counts in plan_arrivals(scenario).streams:
-        shift = math.ceil(delay)
-        if shift >= steps:
-            continue
-        shifted = np.asarray(counts, dtype=np.float64)[:steps - shift]
-        every[shift:] += shifted
-        if ttl is None or ttl - shift > objective:  # else it expires, untaken, before it is late
-            bound[shift:] += shifted
+    plan = plan_arrivals(scenario)
+    for index, queue in enumerate(scenario.all_queues):
+        ttl = queue.params.ttl
+        for delay, counts in plan.streams_of(index):
+            shift = math.ceil(delay)
+            if shift >= steps:
+                continue
+            shifted = np.asarray(counts, dtype=np.float64)[:steps - shift]
+            every[shift:] += shifted
+            if ttl is None or ttl - shift > objective:  # else it expires, untaken, before it is late
+                bound[shift:] += shifted
     # One still queued at the end counts its wait so far: late only if due more than the objective before it.
     bound[max(0, steps - objective):] = 0
     return every, bound

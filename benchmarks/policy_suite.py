@@ -277,7 +277,8 @@ def below_bound(row: Row) -> bool:
 
 def above_bound(row: Row, wanted: float) -> bool:
     """The efficiency target is more than any policy meeting the SLO can reach, even on a lucky run."""
-    return row.bound is not None and wanted > row.bound.efficiency_at_most
+    return (row.bound is not None and not math.isinf(row.bound.worker_seconds)  # else no policy meets the SLO
+            and wanted > row.bound.efficiency_at_most)
 
 
 def measured_cells(row: Row, name: str, label: str, m: Metrics | None) -> tuple[str, ...]:

@@ -9,7 +9,7 @@ import pytest
 from benchmarks.offline_bound import offline_bound
 from benchmarks.policy_suite import contenders, kept_ready
 from controller.simulator.run import simulate
-from controller.simulator.scenario import Scenario
+from controller.simulator.scenario import Scenario, parse_scenario
 from tests.sim_helpers import scenario
 
 # Twenty 100 s jobs at once, one to a pod, each to be taken within 1 s, on pods that take 30 s to start.
@@ -82,3 +82,24 @@ def test_no_contender_meeting_the_objective_spends_less_than_the_bound(sc: Scena
         assert r.metrics.efficiency <= bound.efficiency_at_most, r.label
     # And it is not a trivial bound: the cheapest of them is within a factor of it.
     assert min(r.metrics.worker_seconds for r in met) < 4 * bound.worker_seconds
+
+
+def test_messages_that_expire_before_they_are_late_ask_nothing_of_the_bound_on_their_own_queue() -> None:
+    # Two queues sharing the pods. The second's messages live 10 s under a 30 s objective: left untaken, each counts
+    # a 10 s wait, never late, so a policy may ignore them. Its TTL, not the first queue's, decides.
+    trickle = [{"type": "batch", "every": 120, "at": 30, "messages": 1}]
+
+    def shared_pods(*queues: dict[str, object]) -> Scenario:
+        return parse_scenario({"duration": 900, "seed": 1, "slo": {"waitSeconds": 30}, "queues": list(queues),
+                               "workers": {"startupDelay": 40, "serviceTime": 2, "concurrency": 1,
+                                           "maxReplicas": 5}})
+
+    one = shared_pods({"name": "a", "arrivals": trickle})
+    both = shared_pods({"name": "a", "arrivals": trickle},
+                       {"name": "b", "ttl": "10s", "arrivals": [{"type": "poisson", "rate": 0.05}]})
+    alone, shared = offline_bound(one), offline_bound(both)
+    # Seven of its messages may be late by the end (30 s, 150 s, ... 750 s), each a start-up and a job apart.
+    assert alone.one_pod == pytest.approx(7 * (40 + 2))
+    assert shared.one_pod == alone.one_pod and shared.capacity <= alone.capacity + 1
+    assert shared.late_messages == 0  # fewer than a hundred messages in all
+    assert shared.busy_worker_seconds > 3 * alone.busy_worker_seconds  # the second queue's messages are still put
