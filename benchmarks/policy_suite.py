@@ -282,7 +282,7 @@ def above_bound(row: Row, wanted: float) -> bool:
 
 
 def measured_cells(row: Row, name: str, label: str, m: Metrics | None) -> tuple[str, ...]:
-    """One line of the table: `label`'s metrics against the row's KEDA default, tuned KEDA and floor."""
+    """One line of the table: `label`'s metrics against the row's KEDA default, tuned KEDA and total service time."""
     if m is None:
         return (name, f"{row.slo:g}", label, *["-"] * 9)
     return (
