@@ -17,9 +17,11 @@ from tests.fakekube import FakeKube
 from tests.faults import queues
 from tests.operator_harness import kube, operators
 from tests.servers import postgres_server, rabbitmq_server, redis_server
+from tests.stop_on_term import pytest_configure, pytest_runtest_setup
 
 __all__ = [
-    "azurite", "kube", "operators", "own_azurite", "postgres_server", "queues", "rabbitmq_server", "redis_server",
+    "azurite", "kube", "operators", "own_azurite", "postgres_server", "pytest_configure", "pytest_runtest_setup",
+    "queues", "rabbitmq_server", "redis_server",
 ]
 
 
