@@ -33,7 +33,8 @@ import numpy as np
 from scipy.optimize import linprog
 from scipy.sparse import coo_matrix, vstack
 
-from controller.simulator.scenario import Scenario, plan_arrivals
+from controller.simulator.scenario import Scenario, ScenarioError, plan_arrivals
+from controller.simulator.world import service_outcomes
 
 MAX_CELLS = 12_000  # the programme's cells: a run's length over this many, a second at least
 LATE_SHARE = 0.01  # the objective is a 99th percentile
@@ -62,7 +63,7 @@ class Bound:
 
 @dataclass(frozen=True)
 class _Jobs:
-    lengths: np.ndarray  # whole seconds a job holds its slot: the simulator rounds a time up with its fraction's odds
+    lengths: np.ndarray  # whole seconds a job holds its slot
     odds: np.ndarray
 
     @property
@@ -79,15 +80,14 @@ class _Jobs:
 
 
 def _jobs(scenario: Scenario) -> _Jobs:
+    """A job's whole seconds in its slot and their odds, as the simulator draws them (`service_outcomes`)."""
     table = scenario.workers.service_time.table()
-    odds: dict[int, float] = {}
-    for s in table:
-        whole, fraction = int(s), s - int(s)
-        odds[whole] = odds.get(whole, 0.0) + (1 - fraction) / len(table)
-        if fraction:
-            odds[whole + 1] = odds.get(whole + 1, 0.0) + fraction / len(table)
-    lengths = np.array(sorted(odds), dtype=np.int64)
-    return _Jobs(lengths, np.array([odds[s] for s in lengths.tolist()]))
+    outcomes, odds = service_outcomes(table, math.ceil(scenario.queue.visibility_timeout))
+    by_length: dict[int, float] = {}
+    for (length, _, _), p in zip(outcomes, odds.tolist(), strict=True):
+        by_length[length] = by_length.get(length, 0.0) + p
+    lengths = np.array(sorted(by_length), dtype=np.int64)
+    return _Jobs(lengths, np.array([by_length[n] for n in lengths.tolist()]))
 
 
 def _dues(scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
@@ -253,14 +253,18 @@ def offline_bound(scenario: Scenario) -> Bound:
                  noise=noise)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     from benchmarks.policy_suite import named_scenario
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("scenarios", nargs="+")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     for name in args.scenarios:
-        b = offline_bound(named_scenario(name))
+        try:
+            scenario = named_scenario(name)
+        except ScenarioError as exc:
+            parser.error(str(exc))
+        b = offline_bound(scenario)
         print(f"{name}: {b.worker_seconds:,.0f} worker-seconds expected at least, {b.at_least:,.0f} on a lucky "
               f"run (capacity {b.capacity:,.0f} less {b.noise:,.0f} of luck, one pod {b.one_pod:,.0f}; "
               f"{b.late_messages} may be late); service time {b.busy_worker_seconds:,.0f}; efficiency at most "

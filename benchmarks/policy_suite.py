@@ -202,8 +202,8 @@ class Row:
     at_our_p99_label: str | None
     seconds: float
     referees: Referees
+    bound: Bound  # the offline bound
     startup: float = 0.0  # the pods' start-up delay
-    bound: Bound | None = None  # the offline bound
     robustness: tuple[tuple[float, Metrics], ...] = ()  # (serviceTime factor told, queuescale's metrics)
     chart: str = ""  # SVG: replicas over time, ours against KEDA
 
@@ -271,14 +271,13 @@ def tuned_cost(row: Row) -> float:
 
 def below_bound(row: Row) -> bool:
     """The cost target is less than any policy meeting the SLO can spend, even on a lucky run."""
-    return (row.bound is not None and row.keda_tuned is not None
+    return (row.keda_tuned is not None
             and COST_TARGET * row.keda_tuned.worker_seconds < row.bound.at_least)
 
 
 def above_bound(row: Row, wanted: float) -> bool:
     """The efficiency target is more than any policy meeting the SLO can reach, even on a lucky run."""
-    return (row.bound is not None and not math.isinf(row.bound.worker_seconds)  # else no policy meets the SLO
-            and wanted > row.bound.efficiency_at_most)
+    return not math.isinf(row.bound.worker_seconds) and wanted > row.bound.efficiency_at_most  # inf: none meets it
 
 
 def measured_cells(row: Row, name: str, label: str, m: Metrics | None) -> tuple[str, ...]:
@@ -306,11 +305,11 @@ def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
             lines.append(measured_cells(row, name, label, m))
             name = ""
         lines.append((" ", "", "total service time", f"{row.floor:,.0f}", *[""] * 8))
-        if row.bound is not None and math.isinf(row.bound.worker_seconds):
+        b = row.bound
+        if math.isinf(b.worker_seconds):
             lines.append((" ", f"{row.slo:g}", "no policy meets the SLO, even knowing every arrival (maxReplicas "
                           "cannot do the work in time)", "-", *[""] * 8))
-        elif row.bound is not None:
-            b = row.bound
+        else:
             lines.append((" ", f"{row.slo:g}", "no policy below (knowing every arrival; a lucky run)",
                           f"{b.worker_seconds:,.0f} ({b.at_least:,.0f})", "", "", "", "",
                           f"{b.efficiency_at_most:.2f}", "", _ratio(b.at_least, tuned_cost(row)),
@@ -387,7 +386,7 @@ def summary(rows: Sequence[Row]) -> list[str]:
                            f"{against(ours.worker_seconds / tuned.worker_seconds, COST_TARGET)}x"
                            + (f" (below the bound: {COST_TARGET:g}x tuned KEDA is {target:,.0f} worker-seconds, and "
                               f"no policy meeting the SLO spends less than {row.bound.at_least:,.0f}, even knowing "
-                              "every arrival)" if row.bound is not None and below_bound(row) else ""))
+                              "every arrival)" if below_bound(row) else ""))
             verdict.append(f"reversals {ours.direction_reversals} vs {tuned.direction_reversals}")
             verdict.append(duplicates_versus(ours, tuned))
         else:
@@ -407,7 +406,7 @@ def summary(rows: Sequence[Row]) -> list[str]:
                        + (f" (constant {cheapest.replicas} meeting the SLO: eff {cheapest.metrics.efficiency:.2f})"
                           if cheapest and ours.efficiency < wanted else "")
                        + (f" (no policy meeting the SLO exceeds {row.bound.efficiency_at_most:.2f})"
-                          if row.bound is not None and ours.efficiency < wanted and above_bound(row, wanted) else ""))
+                          if ours.efficiency < wanted and above_bound(row, wanted) else ""))
         if ours.burst_enough_capacity_mean is not None:
             verdict.append(f"burst to enough capacity {ours.burst_enough_capacity_mean:.0f}s"
                            f" (target {10 + row.startup:g}s"

@@ -150,7 +150,7 @@ class World:
         # Each queue of a scenario draws its service times from its own stream; the first keeps the one-queue seed.
         self.rng = random.Random(seed * 7919 + 17 + stream * 104729)
         self.np_rng = np.random.default_rng(seed * 7919 + 31 + stream * 104729)
-        self.outcomes, self.outcome_odds = _outcomes(service_table, self.visibility_timeout)
+        self.outcomes, self.outcome_odds = service_outcomes(service_table, self.visibility_timeout)
         # Which messages a scale-in takes is its own stream, so that a policy's scale-ins do not shift the service
         # times every contender draws.
         self.scale_in_rng = random.Random(seed * 7919 + 29 + stream * 104729)
@@ -633,7 +633,9 @@ class World:
         )
 
 
-def _outcomes(table: Sequence[float], visibility_timeout: int) -> tuple[list[tuple[int, bool, float]], np.ndarray]:
+def service_outcomes(
+    table: Sequence[float], visibility_timeout: int
+) -> tuple[list[tuple[int, bool, float]], np.ndarray]:
     """The outcomes of one message's service drawn from `table`: (whole steps it takes, whether it outlasts the
     visibility timeout, its mean service seconds given both), and their odds (a table value rounds up to the next
     whole step with the odds of its fraction)."""

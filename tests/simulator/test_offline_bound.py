@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.offline_bound import offline_bound
+from benchmarks.offline_bound import main, offline_bound
 from benchmarks.policy_suite import contenders, kept_ready
 from controller.simulator.run import simulate
 from controller.simulator.scenario import Scenario, parse_scenario
@@ -103,3 +103,10 @@ def test_messages_that_expire_before_they_are_late_ask_nothing_of_the_bound_on_t
     assert shared.one_pod == alone.one_pod and shared.capacity <= alone.capacity + 1
     assert shared.late_messages == 0  # fewer than a hundred messages in all
     assert shared.busy_worker_seconds > 3 * alone.busy_worker_seconds  # the second queue's messages are still put
+
+
+def test_a_scenario_that_does_not_exist_is_a_usage_error_not_a_traceback(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stopped:
+        main(["no-such-scenario"])
+    assert stopped.value.code == 2
+    assert "no-such-scenario: no such scenario file or built-in scenario" in capsys.readouterr().err
