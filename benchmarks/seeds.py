@@ -11,18 +11,26 @@ the cheapest setting meeting it on every seed (what a user tuning by hand, for e
 worker-seconds summed over the seeds.
 
     .venv/bin/python -m benchmarks.seeds [--seeds 5] [--scenario NAME ...] [--jobs 2] [--markdown docs/seeds.md]
+        [--store DIR]
+
+A full run takes hours; with --store each seed's result is written to DIR as it finishes, and a run started again
+with the same DIR takes what is there instead of running it again, so a run cut off loses only the seeds under way.
+A stored result counts only for the code it was made with (a digest of controller/ and benchmarks/, and the
+scenario's file): change the policy and the store starts over.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import os
 import platform
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -63,6 +71,67 @@ def run_seed(name: str, k: int) -> SeedRun:
     ours = {f: results[ours_label(f)].wait_p99 for f in (1.0, *SERVICE_TIME_FACTORS)}
     keda = {label: (m.wait_p99, m.worker_seconds) for label, m in results.items() if label.startswith("keda-")}
     return SeedRun(k, ours, results["queuescale"].worker_seconds, keda)
+
+
+def code_digest() -> str:
+    """What every seed's result depends on besides its scenario: the simulator, the policy, the sweep."""
+    digest = hashlib.sha256()
+    for path in sorted([*(ROOT / "controller").rglob("*.py"), *(ROOT / "benchmarks").glob("*.py")]):
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+class Store:
+    """Finished seeds on disk, one JSON file each, valid for one code digest and one scenario text."""
+
+    def __init__(self, folder: Path, digest: str) -> None:
+        self.folder, self.digest = folder, digest
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, name: str, k: int) -> Path:
+        return self.folder / f"{Path(name).stem}-{k}.json"
+
+    @staticmethod
+    def _scenario_text(name: str) -> str:
+        path = Path(name) if Path(name).is_absolute() else ROOT / name
+        return path.read_text() if path.suffix == ".yaml" else name
+
+    def load(self, name: str, k: int) -> SeedRun | None:
+        path = self._path(name, k)
+        if not path.exists():
+            return None
+        stored = json.loads(path.read_text())
+        if stored.get("digest") != self.digest or stored.get("scenario") != self._scenario_text(name):
+            return None
+        return SeedRun(k, {float(f): p99 for f, p99 in stored["ours"].items()}, stored["ours_worker_seconds"],
+                       {label: (p99, cost) for label, (p99, cost) in stored["keda"].items()})
+
+    def save(self, name: str, run: SeedRun) -> None:
+        text = json.dumps({"digest": self.digest, "scenario": self._scenario_text(name), "ours": run.ours,
+                           "ours_worker_seconds": run.ours_worker_seconds, "keda": run.keda})
+        path = self._path(name, run.k)
+        temporary = path.with_suffix(".part")
+        temporary.write_text(text)
+        temporary.replace(path)  # a run cut off mid-write leaves no half file behind
+
+
+def run_all(tasks: Sequence[tuple[str, int]], jobs: int, store: Store | None) -> dict[tuple[str, int], SeedRun]:
+    """Every (scenario, seed) of `tasks`: from the store where it holds them, run in `jobs` processes otherwise."""
+    done: dict[tuple[str, int], SeedRun] = {}
+    if store is not None:
+        for name, k in tasks:
+            stored = store.load(name, k)
+            if stored is not None:
+                done[(name, k)] = stored
+    left = [task for task in tasks if task not in done]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = {pool.submit(run_seed, name, k): (name, k) for name, k in left}
+        for future in as_completed(futures):
+            name, k = futures[future]
+            done[(name, k)] = future.result()
+            if store is not None:
+                store.save(name, done[(name, k)])
+    return done
 
 
 def tuned(run: SeedRun, slo: float) -> str | None:
@@ -151,6 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scenario", action="append", help="only these (names or files); default: all")
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--markdown", type=Path, help="write the table to this Markdown file")
+    parser.add_argument("--store", type=Path, help="keep each finished seed here, and take what is here already")
     args = parser.parse_args(argv)
     names = args.scenario or [*sorted(library()), *(str(p.relative_to(ROOT)) for p in HOLDOUT)]
     started = time.perf_counter()
@@ -158,11 +228,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Longest first: a long scenario started last keeps one process busy while the others idle.
     scenarios = {name: named_scenario(name) for name in names}
     tasks.sort(key=lambda task: -scenarios[task[0]].duration)
-    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-        done = list(pool.map(run_seed, *zip(*tasks, strict=True)))
+    done = run_all(tasks, args.jobs, None if args.store is None else Store(args.store, code_digest()))
     by_name: dict[str, list[SeedRun]] = {}
-    for (name, _), run in zip(tasks, done, strict=True):
-        by_name.setdefault(name, []).append(run)
+    for task in tasks:
+        by_name.setdefault(task[0], []).append(done[task])
     spreads = [spread(scenarios[n].name, scenarios[n].slo_wait, by_name[n]) for n in names]
     elapsed = time.perf_counter() - started
     table = markdown(spreads)

@@ -1,12 +1,28 @@
 """benchmarks/seeds.py: the policy benchmark's verdicts counted over seeds.
 
 The counting is checked on runs written by hand (the SLO itself counts as met, KEDA is tuned on seed 0 and again
-on each seed); the seeding on a real scenario.
+on each seed); the seeding on a real scenario; the store that lets a run cut off resume.
 """
 
 from __future__ import annotations
 
-from benchmarks.seeds import SEED_STEP, SeedRun, cells, seeded, spread, totals, tuned
+from pathlib import Path
+
+import pytest
+
+from benchmarks import seeds
+from benchmarks.seeds import (
+    SEED_STEP,
+    SeedRun,
+    Store,
+    cells,
+    code_digest,
+    run_all,
+    seeded,
+    spread,
+    totals,
+    tuned,
+)
 from controller.simulator.adapters import StaticAutoscaler
 from controller.simulator.run import Contender, simulate
 from tests.sim_helpers import scenario as small_scenario
@@ -60,3 +76,36 @@ def test_a_scenario_no_keda_setting_meets_says_so() -> None:
     assert tuned(runs[0], 120.0) is None
     assert cells(s)[2:] == ("2/2", "100", "no setting meets", "no setting meets on any seed",
                             "no setting meets on every seed")
+
+
+def test_a_stored_seed_is_taken_instead_of_run_and_only_for_the_code_it_was_made_with(tmp_path: Path) -> None:
+    run = SeedRun(3, {1.0: 12.0, 0.5: 30.0, 2.0: 8.0}, 4321.5, {"keda-5": (9.0, 5000.0), "keda-20-10s": (40.0, 3000.0)})
+    Store(tmp_path, "digest-a").save("no-such-scenario", run)
+    assert Store(tmp_path, "digest-a").load("no-such-scenario", 3) == run  # JSON's string keys read back as factors
+    assert Store(tmp_path, "digest-b").load("no-such-scenario", 3) is None  # another policy: run it again
+    assert Store(tmp_path, "digest-a").load("no-such-scenario", 4) is None
+    # The scenario does not exist, so running it would raise: the stored result is what comes back.
+    assert run_all([("no-such-scenario", 3)], 1, Store(tmp_path, "digest-a")) == {("no-such-scenario", 3): run}
+    assert not list(tmp_path.glob("*.part"))
+
+
+def test_a_stored_seed_of_a_scenario_file_that_changed_since_is_run_again(tmp_path: Path) -> None:
+    scenario_file = tmp_path / "mine.yaml"
+    scenario_file.write_text("name: mine\n")
+    store = Store(tmp_path / "store", "digest-a")
+    run = SeedRun(0, {1.0: 1.0}, 10.0, {})
+    store.save(str(scenario_file), run)
+    assert store.load(str(scenario_file), 0) == run
+    scenario_file.write_text("name: mine\nseed: 2\n")
+    assert store.load(str(scenario_file), 0) is None
+
+
+def test_the_code_digest_moves_with_the_policy_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for folder in ("controller", "benchmarks"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "controller" / "policy.py").write_text("X = 1\n")
+    monkeypatch.setattr(seeds, "ROOT", tmp_path)
+    before = code_digest()
+    assert code_digest() == before
+    (tmp_path / "controller" / "policy.py").write_text("X = 2\n")
+    assert code_digest() != before
