@@ -139,7 +139,7 @@ class ScalingMemory:
     # `remember_standing`); None when none was seen.
     standing: float | None = None
     # Times when work was counted at the first polls after the rule went to zero (controller/policy.py,
-    # `remember_early_wake`): the last two within a day.
+    # `remember_early_wake`): the last one within a day.
     early_wakes: tuple[float, ...] = ()
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
