@@ -550,7 +550,7 @@ def remember_early_wake(
 ) -> ScalingMemory:
     """The memory with this poll among the early wakes if it is the first to count work since the rule went to
     zero and came `within` seconds of it (`early_wake_within`); wakes older than EARLY_WAKE_WINDOW are forgotten,
-    and only the last EARLY_WAKES (the last one) are kept.
+    and only the last EARLY_WAKES are kept.
 
     A queue whose work comes between polls (a producer flushing every 20 s, polled every 10 s at moments its
     workers have just emptied it) counts zero at every poll while its replica works, so the rule goes to zero,
@@ -569,7 +569,7 @@ def remember_early_wake(
 def stays_awake(spec: QueueScalerSpec, memory: ScalingMemory, measured_startup: float | None = None) -> bool:
     """Whether an inactive rule keeps one replica instead of going to zero: where a cold start misses the
     objective (each wake makes the work that gathered wait a poll and a start-up) and work was counted at the first
-    polls after going to zero (EARLY_WAKES times: once) within a day (`remember_early_wake`)."""
+    polls after going to zero at least EARLY_WAKES times within a day (`remember_early_wake`)."""
     cold = cold_start(spec, measured_startup)
     return cold is not None and not cold.fits and len(memory.early_wakes) >= EARLY_WAKES
 
