@@ -61,6 +61,17 @@ class ScaleTargetRef:
 
 
 @dataclass(frozen=True)
+class InFlightEndpoint:
+    """Where each worker pod says how many messages it holds: `GET http://<pod IP>:<port><path>` answers a
+    non-negative integer. Before a scale-in the operator writes each pod's count to its
+    `controller.kubernetes.io/pod-deletion-cost`, so the ReplicaSet removes the least busy pods first
+    (controller/kube/inflight.py)."""
+
+    port: str  # the name of a container port on the pods
+    path: str = "/in-flight"
+
+
+@dataclass(frozen=True)
 class StepPolicy:
     """At most `value` pods (or percent of the count at the period's start) per `period` seconds: the HPA's
     HPAScalingPolicy, so the KEDA model (controller/keda/model.py) uses this one too."""
@@ -174,6 +185,7 @@ class QueueScalerSpec:
     fallback: Fallback = field(default_factory=Fallback)
     schedules: tuple[Schedule, ...] = ()
     paused: bool = False
+    in_flight: InFlightEndpoint | None = None
 
     @property
     def history_seconds(self) -> float:
@@ -225,6 +237,23 @@ SCALE_TARGET_REF = Object(
     "scaleTargetRef", required=True, fields=(TARGET_NAME, TARGET_API_VERSION, TARGET_KIND),
     description="What gets scaled - any kind with a scale subresource, in the rule's namespace.",
     doc="what gets scaled: any kind with a scale subresource, in the rule's namespace")
+
+IN_FLIGHT_PORT = Text(
+    "port", required=True, max_length=15, pattern=r"[a-z0-9]([-a-z0-9]*[a-z0-9])?",
+    pattern_help="must be a container port name (lower-case letters, digits and '-')", note="a container port name",
+    doc="the name of a container port on the target's pods (`spec.containers[].ports[].name`) that serves the count")
+IN_FLIGHT_PATH = Text("path", default=InFlightEndpoint.path, max_length=256, pattern=r"/[!-~]*",
+                      pattern_help="must be a URL path starting with /", note="starts with `/`",
+                      doc="the path that answers the pod's in-flight count, a non-negative integer as plain text")
+IN_FLIGHT = Object(
+    "inFlight", fields=(IN_FLIGHT_PORT, IN_FLIGHT_PATH),
+    description="Where each worker pod serves its in-flight count: before a scale-in the operator writes the counts "
+                "to controller.kubernetes.io/pod-deletion-cost so the least busy pods are removed.",
+    doc="where each of the target's pods answers how many messages it holds (`GET http://<pod IP>:<port><path>`); "
+        "before a scale-in the operator writes each count to the pod's `controller.kubernetes.io/pod-deletion-cost`, "
+        "so the ReplicaSet removes the least busy pods first. Not for a StatefulSet (it removes its highest "
+        "ordinals); needs the chart's `rbac.pods` (get, list and patch on pods; see [policy.md](policy.md), "
+        "*Telling the ReplicaSet which pods are idle*)")
 
 MIN_REPLICAS = Integer("minReplicas", default=0, minimum=0, int32=True, note="≤ `maxReplicas`",
                        doc="the floor; 0 allows scaling to zero")
@@ -407,8 +436,11 @@ PAUSED = Boolean("paused", default=QueueScalerSpec.paused,
 SPEC = Object(
     "spec", required=True,
     fields=(SCALE_TARGET_REF, MIN_REPLICAS, MAX_REPLICAS, POLLING_INTERVAL, SOURCES, AGGREGATION, POLICY, FALLBACK,
-            SCHEDULES, PAUSED),
-    rules=(Rule("self.minReplicas <= self.maxReplicas", "maxReplicas must be >= minReplicas", ".maxReplicas",
+            SCHEDULES, PAUSED, IN_FLIGHT),
+    rules=(Rule("!has(self.inFlight) || self.scaleTargetRef.kind != 'StatefulSet'",
+                "inFlight does not apply to a StatefulSet: it removes its highest ordinals whatever their cost",
+                ".inFlight"),
+           Rule("self.minReplicas <= self.maxReplicas", "maxReplicas must be >= minReplicas", ".maxReplicas",
                 "FieldValueInvalid"),
            Rule("!has(self.fallback.replicas) || self.fallback.replicas <= self.maxReplicas",
                 "fallback.replicas must be <= maxReplicas", ".fallback.replicas"),
@@ -428,6 +460,12 @@ def _parse_target_ref(f: Fields) -> ScaleTargetRef:
                          kind=f.string(TARGET_KIND))
     f.finish()
     return ref
+
+
+def _parse_in_flight(f: Fields) -> InFlightEndpoint:
+    endpoint = InFlightEndpoint(port=f.string(IN_FLIGHT_PORT), path=f.string(IN_FLIGHT_PATH))
+    f.finish()
+    return endpoint
 
 
 def _parse_source(item: object, path: str, errors: list[FieldError]) -> SourceSpec | None:
@@ -600,7 +638,10 @@ def parse_spec(raw: object, path: str = "spec", errors: list[FieldError] | None 
         fallback=_parse_fallback(f.child(FALLBACK)),
         schedules=tuple(schedules),
         paused=f.boolean(PAUSED),
+        in_flight=_parse_in_flight(f.child(IN_FLIGHT)) if f.has(IN_FLIGHT) else None,
     )
+    if spec.in_flight is not None and target.kind == "StatefulSet":
+        f.error("inFlight", "does not apply to a StatefulSet: it removes its highest ordinals whatever their cost")
     if spec.fallback.replicas is not None and spec.fallback.replicas > max_replicas:
         f.error("fallback.replicas", f"must be <= maxReplicas ({max_replicas}), got {spec.fallback.replicas}")
     f.finish()

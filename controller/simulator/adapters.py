@@ -108,10 +108,14 @@ class SimulatedSource:
 
 
 class SimulatedTarget:
-    """The `Target` of a rule: the simulated Deployment's scale subresource."""
+    """The `Target` of a rule: the simulated Deployment's scale subresource. `least_busy`: the rule names the pods'
+    `inFlight` counts, which the operator writes to their deletion cost before a scale-in, so the ReplicaSet
+    removes the least busy pods (controller/kube/inflight.py)."""
 
-    def __init__(self, ref: ScaleTargetRef, world: SimWorld, clock: VirtualClock) -> None:
+    def __init__(self, ref: ScaleTargetRef, world: SimWorld, clock: VirtualClock, *,
+                 least_busy: bool = False) -> None:
         self._ref = ref
+        self.least_busy = least_busy
         self.world = world
         self.clock = clock
         self.startup = StartupMeter()
@@ -137,7 +141,7 @@ class SimulatedTarget:
             raise TargetConflict()
         if replicas > world.desired:
             self.startup.asked(self.clock.t, replicas)
-        world.set_desired(replicas, int(self.clock.t))
+        world.set_desired(replicas, int(self.clock.t), least_busy=self.least_busy)
         return await self.read()
 
 
@@ -208,7 +212,8 @@ class RuleAutoscaler:
             rule,
             [SimulatedSource(source, world.queue_world(queue), self.clock)
              for source, queue in zip(rule.spec.sources, queues, strict=True)],
-            SimulatedTarget(rule.spec.scale_target_ref, world, self.clock),
+            SimulatedTarget(rule.spec.scale_target_ref, world, self.clock,
+                            least_busy=rule.spec.in_flight is not None),
             self.clock,
             reporter=self.recorder,
         )

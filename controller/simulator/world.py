@@ -226,8 +226,11 @@ class World:
         """Pods that exist (and cost): starting, ready, and draining."""
         return self.ready + self.starting_count + self.draining_pods
 
-    def set_desired(self, replicas: int, t: int) -> None:
-        """Scale the Deployment: new pods start now; removed pods are the not-ready ones first, then ready ones."""
+    def set_desired(self, replicas: int, t: int, *, least_busy: bool = False, taken: int | None = None) -> None:
+        """Scale the Deployment: new pods start now; removed pods are the not-ready ones first, then ready ones:
+        any of them (a ReplicaSet's own choice), or the least busy (`least_busy`: the rule wrote the pods' in-flight
+        counts to their deletion cost). `taken`: what the ready pods removed hold, where a MultiQueueWorld chose
+        them over all its queues."""
         replicas = max(0, replicas)
         before = self.desired
         if replicas == before:
@@ -252,18 +255,26 @@ class World:
             if newest[1] == 0:
                 self.starting.pop()
         if remove:
-            self._remove_ready(remove, t)
+            if least_busy and taken is None and self.ready:
+                taken = least_busy_takes([self.in_flight_active], self.ready, self.workers.concurrency,
+                                         min(remove, self.ready), self.scale_in_rng)[0]
+            self._remove_ready(remove, t, taken)
 
     # ----------------------------------------------------------------------------------------------------------
     # Scale-in
 
-    def _take_share(self, pods: int) -> dict[int, list[InFlight]]:
+    def _take_share(self, pods: int, exactly: int | None = None) -> dict[int, list[InFlight]]:
         """Take the in-flight messages of `pods` of the ready pods: a ReplicaSet picks the pods it removes without
         knowing their work, so each holds, on average, the ready pods' share of it (`pods / ready` of every group).
         The share is taken in whole messages by systematic sampling from a random start: each group gives its share
         rounded up or down, and the total is the exact share rounded at random (up with probability equal to its
-        fraction). Rounded down, as it once was, removing 1 of 7 pods with 6 messages in flight never took any."""
-        fraction = pods / self.ready
+        fraction). Rounded down, as it once was, removing 1 of 7 pods with 6 messages in flight never took any.
+        `exactly`: this many messages instead (what the least busy pods hold), spread over the groups the same way
+        (the running total then ends on it, whatever the random start)."""
+        if exactly is not None:
+            fraction = exactly / self.in_flight_active if self.in_flight_active else 0.0
+        else:
+            fraction = pods / self.ready
         taken: dict[int, list[InFlight]] = {}
         carry = self.scale_in_rng.random()
         for step in sorted(self.in_flight):
@@ -284,11 +295,11 @@ class World:
         self.in_flight_active -= moved
         return taken
 
-    def _remove_ready(self, pods: int, t: int) -> None:
+    def _remove_ready(self, pods: int, t: int, taken: int | None = None) -> None:
         pods = min(pods, self.ready)
         if pods <= 0:
             return
-        share = self._take_share(pods)
+        share = self._take_share(pods, taken)
         self.ready -= pods
         self.scale_ins += 1
         if self.workers.scale_in == "kill":
@@ -633,6 +644,30 @@ class World:
         )
 
 
+def least_busy_takes(in_flight: Sequence[int], ready: int, concurrency: int, removed: int,
+                     rng: random.Random) -> list[int]:
+    """What the `removed` least busy of `ready` pods hold, of each queue's `in_flight` messages, where a pod is
+    as busy as the messages it holds. Each message is in a slot drawn at random (a free slot takes the next
+    message whichever pod it is on, and jobs end independently, so every placement of so many messages in the
+    slots is equally likely); the pods are ranked by their count, as a ReplicaSet ranks them by a deletion cost
+    that is their count (ties in the order drawn)."""
+    total = sum(in_flight)
+    slots = ready * concurrency
+    if removed <= 0 or total <= 0 or slots <= 0:
+        return [0] * len(in_flight)
+    placed = rng.sample(range(slots), min(total, slots))
+    per_pod = [[0] * len(in_flight) for _ in range(ready)]
+    queue, left = 0, in_flight[0]
+    for slot in placed:
+        while left == 0:
+            queue += 1
+            left = in_flight[queue]
+        per_pod[slot // concurrency][queue] += 1
+        left -= 1
+    ranked = sorted(per_pod, key=sum)
+    return [sum(pod[q] for pod in ranked[:removed]) for q in range(len(in_flight))]
+
+
 def service_outcomes(
     table: Sequence[float], visibility_timeout: int
 ) -> tuple[list[tuple[int, bool, float]], np.ndarray]:
@@ -744,9 +779,18 @@ class MultiQueueWorld:
         for q in self.queues:
             q.count_unserved(t)
 
-    def set_desired(self, replicas: int, t: int) -> None:
-        for q in self.queues:
-            q.set_desired(replicas, t)
+    def set_desired(self, replicas: int, t: int, *, least_busy: bool = False) -> None:
+        lead = self.lead
+        removed = max(0, lead.desired - max(0, replicas)) - lead.starting_count
+        if not least_busy or removed <= 0 or not lead.ready:
+            for q in self.queues:
+                q.set_desired(replicas, t)
+            return
+        # The pods removed are the least busy over every queue's messages, so each queue loses what they hold.
+        takes = least_busy_takes([q.in_flight_active for q in self.queues], lead.ready, self.workers.concurrency,
+                                 min(removed, lead.ready), lead.scale_in_rng)
+        for q, taken in zip(self.queues, takes, strict=True):
+            q.set_desired(replicas, t, taken=taken)
 
     def put(self, t: int, n: int, delay: int = 0, queue: int = 0) -> None:
         self.queues[queue].put(t, n, delay)

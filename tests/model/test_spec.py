@@ -175,11 +175,26 @@ def test_examples_parse() -> None:
          'spec.policy.targetWaitSeconds: must be a duration >= 1s, got "0.5s"'),
         ("spec.policy.scaleDown.delay", "-1s", 'spec.policy.scaleDown.delay: must be a duration >= 0, got "-1s"'),
         ("spec.policy.scaleUp.delay", "1m", "spec.policy.scaleUp.delay: unknown field"),
+        ("spec.inFlight", {}, "spec.inFlight.port: is required"),
+        ("spec.inFlight", {"port": "In_Flight"},
+         'spec.inFlight.port: must be a container port name (lower-case letters, digits and \'-\'), got "In_Flight"'),
+        ("spec.inFlight", {"port": "a-very-long-port-name"}, "spec.inFlight.port: must be at most 15 characters"),
+        ("spec.inFlight", {"port": "work", "path": "in-flight"},
+         'spec.inFlight.path: must be a URL path starting with /, got "in-flight"'),
     ],
 )
 def test_every_bad_field_names_its_path(path: str, value: object, expected: str) -> None:
     message = one_error(with_path(rule(), path, value))
     assert message.startswith(expected), message
+
+
+def test_in_flight_names_a_port_defaults_its_path_and_refuses_a_statefulset() -> None:
+    spec = parse_queuescaler(rule(inFlight={"port": "in-flight"})).spec
+    assert spec.in_flight is not None
+    assert (spec.in_flight.port, spec.in_flight.path) == ("in-flight", "/in-flight")
+    assert parse_queuescaler(rule()).spec.in_flight is None
+    assert one_error(rule(scaleTargetRef={"name": "w", "kind": "StatefulSet"}, inFlight={"port": "work"})) == (
+        "spec.inFlight: does not apply to a StatefulSet: it removes its highest ordinals whatever their cost")
 
 
 def test_wait_objective_needs_a_service_time_and_takes_one_kind_of_it() -> None:

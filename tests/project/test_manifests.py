@@ -85,6 +85,7 @@ EVERY_FIELD: dict[str, Any] = {
         "schedules": [{"name": "office", "days": ["Mon"], "start": "08:00", "end": "18:00",
                        "timeZone": "Europe/Paris", "minReplicas": 1, "maxReplicas": 5}],
         "paused": False,
+        "inFlight": {"port": "in-flight", "path": "/in-flight"},
     },
 }
 

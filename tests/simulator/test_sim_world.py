@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from controller.simulator.adapters import StaticAutoscaler
 from controller.simulator.run import Contender, simulate
 from controller.simulator.scenario import QueueParams, ServiceTime, Workers
-from controller.simulator.world import World
+from controller.simulator.world import World, least_busy_takes
 from tests.sim_helpers import run_scripted, scenario
 
 
@@ -264,8 +266,10 @@ def test_a_released_message_is_taken_again_when_a_pod_frees_not_after_its_visibi
     assert _waits_after_scale_in("release") == (5, 60)
 
 
-def _stopped_by_removing(pods: int, *, ready: int, in_flight: int, seed: int, concurrency: int = 1) -> int:
-    """Messages a kill stops when `pods` of `ready` pods go, with `in_flight` long messages in progress."""
+def _stopped_by_removing(pods: int, *, ready: int, in_flight: int, seed: int, concurrency: int = 1,
+                         least_busy: bool = False) -> int:
+    """Messages a kill stops when `pods` of `ready` pods go, with `in_flight` long messages in progress
+    (`least_busy`: the least busy pods go, as a ReplicaSet told the pods' in-flight counts removes them)."""
     workers = Workers(startup_delay=0, service_time=ServiceTime("constant", 1000.0), concurrency=concurrency,
                       scale_in="kill")
     world = World(QueueParams(visibility_timeout=3000), workers, workers.service_time.table(16), seed=seed)
@@ -274,7 +278,7 @@ def _stopped_by_removing(pods: int, *, ready: int, in_flight: int, seed: int, co
     for t in range(3):
         world.step(t)
     assert world.in_flight_count == in_flight
-    world.set_desired(ready - pods, 3)
+    world.set_desired(ready - pods, 3, least_busy=least_busy)
     return in_flight - world.in_flight_count
 
 
@@ -287,6 +291,31 @@ def test_a_scale_in_stops_on_average_the_removed_pods_share_of_the_work_in_fligh
     assert sum(stopped) / len(stopped) == pytest.approx(6 / 7, abs=0.06)
     # A whole share is taken whole, whatever the draw: 2 of 4 pods with 6 messages (two slots a pod) hold 3.
     assert {_stopped_by_removing(2, ready=4, in_flight=6, seed=seed, concurrency=2) for seed in range(20)} == {3}
+
+
+def test_removing_the_least_busy_pods_stops_what_the_least_busy_hold() -> None:
+    # One message a pod at most: idle pods go first, and only what outnumbers them is stopped.
+    assert {_stopped_by_removing(3, ready=7, in_flight=4, seed=seed, least_busy=True) for seed in range(20)} == {0}
+    assert {_stopped_by_removing(5, ready=7, in_flight=4, seed=seed, least_busy=True) for seed in range(20)} == {2}
+    # Four messages in three pods of two slots: of the 15 placements, 3 leave a pod empty and 12 leave each pod
+    # at least one, so the least busy pod holds 12/15 = 0.8 on average (a ReplicaSet's own choice: 4/3).
+    stopped = [_stopped_by_removing(1, ready=3, in_flight=4, seed=seed, concurrency=2, least_busy=True)
+               for seed in range(400)]
+    assert set(stopped) == {0, 1}
+    assert sum(stopped) / len(stopped) == pytest.approx(0.8, abs=0.06)
+    blind = [_stopped_by_removing(1, ready=3, in_flight=4, seed=seed, concurrency=2) for seed in range(400)]
+    assert sum(blind) / len(blind) == pytest.approx(4 / 3, abs=0.06)
+
+
+def test_several_queues_lose_what_the_least_busy_pods_hold_of_each() -> None:
+    takes = [least_busy_takes([3, 5], 4, 4, 2, random.Random(seed)) for seed in range(200)]
+    for taken in takes:
+        assert 0 <= taken[0] <= 3 and 0 <= taken[1] <= 5
+    # 8 messages in 16 slots: the two least busy of four pods hold fewer than their half (4) of them.
+    assert sum(sum(t) for t in takes) / len(takes) < 3.2
+    assert least_busy_takes([0, 0], 4, 4, 2, random.Random(1)) == [0, 0]
+    assert least_busy_takes([4, 4], 2, 4, 1, random.Random(1)) in ([4, 0], [0, 4], [2, 2], [1, 3], [3, 1])
+    assert sum(least_busy_takes([4, 4], 2, 4, 1, random.Random(1))) == 4  # every slot full: a pod holds 4
 
 
 def test_a_steady_stream_of_independent_jobs_keeps_a_poisson_count_in_flight() -> None:
