@@ -119,7 +119,8 @@ class Operator:
             state.reconciler.forget_target_state()
 
     def _kubernetes_target(self, rule: QueueScaler) -> Target:
-        return KubernetesScaleTarget(self.api, rule.spec.scale_target_ref, rule.namespace, workloads=self.workloads)
+        return KubernetesScaleTarget(self.api, rule.spec.scale_target_ref, rule.namespace, workloads=self.workloads,
+                                     in_flight=rule.spec.in_flight)
 
     def _began_leading(self) -> None:
         self._leading_since = self.clock.now()

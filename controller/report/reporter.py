@@ -143,9 +143,13 @@ class RuleReporter:
             direction = "up" if result.scaled.to_replicas > result.scaled.from_replicas else "down"
             metrics.of_rule(metrics.scale_operations, *rule_labels, direction, "success").inc()
             reason = "ScaledUp" if direction == "up" else "ScaledDown"
+            removal = result.state.removal if result.state is not None else None
             await reporting.events.record(ref, "Normal", reason,
                                    f"{result.scaled.from_replicas} -> {result.scaled.to_replicas}: "
-                                   f"{decision.reason}: {decision.message}", now)
+                                   f"{decision.reason}: {decision.message}"
+                                   f"{'' if removal is None else f'; {removal}'}", now)
+            if removal is not None and result.state is not None and result.state.removal_failed:
+                await reporting.events.record(ref, "Warning", "InFlightUnread", removal, now)
         elif result.target_error is not None:
             wanted = decision is not None and decision.desired != decision.current
             if wanted and decision is not None:

@@ -17,13 +17,17 @@ class ScaleState:
     by someone else at once (the reconciler then reads it on every tick instead of trusting what it last read).
     `startup_seconds`: the last measured time from a scale-up this operator asked for to the target's ready
     replicas reaching the count asked (None until one is measured). The policy assumes it when the rule states no
-    `startupTime` (policy.startup_time)."""
+    `startupTime` (policy.startup_time).
+    `removal`: after a scale-in, how the pods removed were chosen (the rule's `inFlight`), for its event;
+    `removal_failed`: they could not be chosen by their work, and `removal` says why."""
 
     replicas: int
     ready_replicas: int | None = None
     version: str | None = None
     watched: bool = False
     startup_seconds: float | None = None
+    removal: str | None = None
+    removal_failed: bool = False
 
 
 @dataclass

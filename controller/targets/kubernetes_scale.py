@@ -24,8 +24,9 @@ from typing import Any
 
 from controller.kube.api import KubeApi
 from controller.kube.errors import KubeError
+from controller.kube.inflight import mark_pods
 from controller.kube.workloads import WATCHED_KINDS, WATCHED_VERSION, Workload, WorkloadCache
-from controller.model.rule import ScaleTargetRef
+from controller.model.rule import InFlightEndpoint, ScaleTargetRef
 from controller.targets.base import ScaleState, TargetConflict, TargetError
 
 # Kinds whose plural is known without asking discovery (group, kind) -> plural.
@@ -55,11 +56,14 @@ class KubernetesScaleTarget:
     """One workload in one namespace, read and scaled through its scale subresource."""
 
     def __init__(self, api: KubeApi, ref: ScaleTargetRef, namespace: str, *, plural: str | None = None,
-                 request_timeout: float = 10.0, workloads: WorkloadCache | None = None) -> None:
+                 request_timeout: float = 10.0, workloads: WorkloadCache | None = None,
+                 in_flight: InFlightEndpoint | None = None) -> None:
         """`workloads`: the watch cache to read a Deployment or StatefulSet from (None: always read /scale).
-        Reads wait for the api's client-side request limit; a scale write takes its token at once (see
-        controller/kube/ratelimit.py)."""
+        `in_flight`: where the pods answer their in-flight counts, written to their deletion cost before a
+        scale-in (controller/kube/inflight.py). Reads wait for the api's client-side request limit; a scale write
+        takes its token at once (see controller/kube/ratelimit.py)."""
         self._api = api
+        self.in_flight = in_flight
         self._ref = ref
         self.namespace = namespace
         self.group, self.version = split_api_version(ref.api_version)
@@ -129,6 +133,7 @@ class KubernetesScaleTarget:
         ask = None
         if cache is not None and workload is not None and replicas > read.replicas:
             ask = cache.asked(self._ref.kind, self.namespace, self._ref.name, replicas, read.version)
+        removal = await self._choose_removed(read.replicas, replicas)
         try:
             written = _state(await self._request("PUT", await self._scale_path(), body))
         except TargetError as error:
@@ -138,6 +143,8 @@ class KubernetesScaleTarget:
                 # The server is past what the cache shows: read the Scale until the watch has moved on.
                 self._superseded = (workload.version, None)
             raise
+        if removal is not None:
+            written = dataclasses.replace(written, removal=removal[0], removal_failed=removal[1])
         if cache is None or workload is None:
             return written
         written = dataclasses.replace(
@@ -147,6 +154,22 @@ class KubernetesScaleTarget:
         # GET after a 409, and the cache is further behind still).
         self._superseded = (workload.version, written)
         return written
+
+    async def _choose_removed(self, before: int, after: int) -> tuple[str, bool] | None:
+        """Before a scale-in of a rule with `inFlight`: write the pods' in-flight counts to their deletion cost.
+        Returns the words for the scale-in's event and whether the choice failed (None: nothing to choose)."""
+        if self.in_flight is None or after >= before:
+            return None
+        try:
+            scale = await self._request("GET", await self._scale_path())
+        except TargetError as error:
+            return f"pods removed as the ReplicaSet chooses: {error.message}", True
+        selector = ((scale.get("status") or {}).get("selector") if isinstance(scale, dict) else None) or ""
+        if not selector:
+            return f"pods removed as the ReplicaSet chooses: {self.description} reports no pod selector", True
+        marking = await mark_pods(self._api, self.namespace, str(selector), self.in_flight,
+                                  request_timeout=self.request_timeout)
+        return marking.words(before, after), marking.problem is not None
 
     # ----------------------------------------------------------------------------------------------------------
 

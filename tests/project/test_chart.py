@@ -7,11 +7,14 @@ import re
 import tomllib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from celpy.adapter import json_to_cel
 
 from tests.chart import CHART, NAMESPACE, RELEASE, ROOT, Doc, helm, normalised, render
 
@@ -123,7 +126,8 @@ def test_everything_on_renders_every_optional_object() -> None:
     kinds = sorted(doc["kind"] for doc in docs)
     assert kinds == sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                             "Role", "RoleBinding", "Deployment", "Service", "ServiceMonitor",
-                            "PodDisruptionBudget", "ConfigMap"])
+                            "PodDisruptionBudget", "ConfigMap", "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding"])
     pod = the(docs, "Deployment")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"] == [
@@ -139,6 +143,64 @@ def test_everything_on_renders_every_optional_object() -> None:
     assert "podAntiAffinity" in pod["affinity"]
     assert container["image"] == "ghcr.io/queuescale/queuescale:0.1.0-test"
     assert the(docs, "Role")["rules"][1]["resourceNames"] == ["queuescale-leader"]
+
+
+def _pod(**changes: Any) -> Doc:
+    pod: Doc = {"metadata": {"name": "worker-1", "labels": {"app": "worker"},
+                             "annotations": {"team": "shop"},
+                             "ownerReferences": [{"kind": "ReplicaSet", "name": "worker-5d4f", "uid": "u1"}]},
+                "spec": {"containers": [{"name": "worker", "image": "shop/worker:1"}]}}
+    for path, value in changes.items():
+        node = pod
+        *parents, last = path.split("__")
+        for part in parents:
+            node = node[part]
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return pod
+
+
+def _admits(policy: Doc, old: Doc, new: Doc) -> bool:
+    """The policy's validation, evaluated with CEL (cel-python) as the API server's admission would."""
+    env = celpy.Environment()
+    activation: dict[str, Any] = {"object": json_to_cel(new), "oldObject": json_to_cel(old)}
+    values: dict[str, Any] = {}
+    for variable in policy["spec"]["variables"]:
+        values[variable["name"]] = env.program(env.compile(variable["expression"])).evaluate(
+            {**activation, "variables": json_to_cel(values)})
+    activation["variables"] = celpy.celtypes.MapType({celpy.celtypes.StringType(k): v for k, v in values.items()})
+    (validation,) = policy["spec"]["validations"]
+    return bool(env.program(env.compile(validation["expression"])).evaluate(activation))
+
+
+def test_pods_are_granted_only_with_a_policy_that_lets_the_operator_change_only_the_deletion_cost() -> None:
+    assert not any(rule.get("resources") == ["pods"] for rule in the(render(), "ClusterRole")["rules"])
+    assert not [d for d in render() if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    docs = render("--set", "rbac.pods=true")
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]} in (
+        the(docs, "ClusterRole")["rules"])
+    policy = the(docs, "ValidatingAdmissionPolicy")
+    binding = the(docs, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    (condition,) = policy["spec"]["matchConditions"]
+    assert condition["expression"] == (
+        "request.userInfo.username == 'system:serviceaccount:queuescale-system:queuescale-operator'")
+    cost = "controller.kubernetes.io/pod-deletion-cost"
+    old = _pod()
+    assert _admits(policy, old, _pod(metadata__annotations={"team": "shop", cost: "3"}))
+    assert _admits(policy, _pod(metadata__annotations={cost: "3"}), _pod(metadata__annotations={cost: "0"}))
+    assert _admits(policy, _pod(metadata__annotations=None), _pod(metadata__annotations={cost: "1"}))
+    refused = {
+        "an image": _pod(spec__containers=[{"name": "worker", "image": "evil/worker:1"}]),
+        "a label": _pod(metadata__labels={"app": "other"}),
+        "another annotation": _pod(metadata__annotations={"team": "evil", cost: "1"}),
+        "an annotation dropped": _pod(metadata__annotations={cost: "1"}),
+        "an owner dropped": _pod(metadata__ownerReferences=None),
+        "a finalizer": _pod(metadata__finalizers=["evil.example/hold"]),
+    }
+    assert [what for what, new in refused.items() if _admits(policy, old, new)] == []
 
 
 def test_service_monitor_scrapes_the_metrics_service() -> None:
