@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history-limit", type=int, default=1000)
     parser.add_argument("--namespace-termination-delay", type=float, default=0.0,
                         help="seconds a deleted namespace stays Terminating before its content goes")
+    parser.add_argument("--pods", action="store_true",
+                        help="Deployments and ReplicaSets get Pod objects that follow spec.replicas")
     parser.add_argument("--crd", type=Path, action="append", default=[], help="a CRD manifest to install")
     args = parser.parse_args(argv)
 
@@ -31,7 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     fake = FakeKube(port=args.port, ready_delay=args.ready_delay, bookmark_interval=args.bookmark_interval,
-                    history_limit=args.history_limit, namespace_termination_delay=args.namespace_termination_delay)
+                    history_limit=args.history_limit, namespace_termination_delay=args.namespace_termination_delay,
+                    pods=args.pods)
     fake.start()
     try:
         for crd in args.crd:

@@ -68,10 +68,11 @@ HPAS = ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "Horizontal
 CRDS = ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                     namespaced=False, short_names=("crd", "crds"), status_subresource=True, generation=True)
 CONFIGMAPS = ResourceType("", "v1", "configmaps", "ConfigMap", short_names=("cm",))
+PODS = ResourceType("", "v1", "pods", "Pod", short_names=("po",), categories=("all",), status_subresource=True)
 
 # No custom kind is served until its CustomResourceDefinition is created, as in a real cluster.
 BUILTIN: tuple[ResourceType, ...] = (
-    NAMESPACES, SECRETS, CONFIGMAPS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES,
+    NAMESPACES, SECRETS, CONFIGMAPS, PODS, SERVICES, CORE_EVENTS, EVENTS_V1, DEPLOYMENTS, STATEFULSETS, REPLICASETS, LEASES,
     HPAS, CRDS,
 )
 

@@ -109,8 +109,34 @@ _EVENTS_V1: dict[str, FieldGetter] = {
     "type": _at("type"),
 }
 
+
+def _pod_ip(obj: Mapping[str, Any]) -> str:
+    """The internal pod's first PodIP: status.podIP when set (Convert_v1_PodStatus_To_core_PodStatus), else
+    status.podIPs[0]."""
+    status = obj.get("status") or {}
+    ips = status.get("podIPs") or []
+    return str(status.get("podIP") or (ips[0].get("ip") if ips and isinstance(ips[0], Mapping) else "") or "")
+
+
+# pkg/registry/core/pod/strategy.go ToSelectableFields, for the labels pkg/apis/core/v1/conversion.go accepts for a
+# Pod: `spec.host` is the old spelling of spec.nodeName; `status.podIPs` is accepted but not a selectable field, so it
+# reads as empty (`status.podIPs=` selects every pod, any other value none).
+_POD: dict[str, FieldGetter] = {
+    "spec.nodeName": _at("spec", "nodeName"),
+    "spec.host": _at("spec", "nodeName"),
+    "spec.restartPolicy": _at("spec", "restartPolicy"),
+    "spec.schedulerName": _at("spec", "schedulerName"),
+    "spec.serviceAccountName": _at("spec", "serviceAccountName"),
+    "spec.hostNetwork": lambda obj: "true" if (obj.get("spec") or {}).get("hostNetwork") is True else "false",
+    "status.phase": _at("status", "phase"),
+    "status.podIP": _pod_ip,
+    "status.podIPs": lambda _: "",
+    "status.nominatedNodeName": _at("status", "nominatedNodeName"),
+}
+
 # Other built-in kinds' SelectableFields the tests may use (pkg/registry/core/{secret,namespace}/strategy.go).
 _BUILTIN_EXTRA: dict[tuple[str, str], dict[str, FieldGetter]] = {
+    ("", "pods"): _POD,
     ("", "events"): _CORE_EVENT,
     ("events.k8s.io", "events"): _EVENTS_V1,
     ("", "secrets"): {"type": _at("type")},

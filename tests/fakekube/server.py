@@ -13,6 +13,7 @@ import base64
 import collections
 import contextlib
 import copy
+import datetime as dt
 import json
 import re
 import socket
@@ -30,9 +31,19 @@ from typing import Any
 import yaml
 
 from tests.fakekube import discovery, lifecycle, openapi, options, printer, rbac, table, tls
-from tests.fakekube.resources import CORE_EVENTS, EVENTS_V1, NAMESPACES, Obj, ResourceType
+from tests.fakekube import pods as fake_pods
+from tests.fakekube.resources import (
+    CORE_EVENTS,
+    DEPLOYMENTS,
+    EVENTS_V1,
+    NAMESPACES,
+    PODS,
+    REPLICASETS,
+    Obj,
+    ResourceType,
+)
 from tests.fakekube.selectors import SelectorError, parse_field_selector, parse_label_selector, selectable_fields
-from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found
+from tests.fakekube.store import ApiError, Store, WatchEvent, bad_request, not_found, now_rfc3339
 
 TOKEN = "fake-token"
 
@@ -147,7 +158,10 @@ class FakeKube:
 
     def __init__(self, *, host: str = "127.0.0.1", port: int = 0, history_limit: int = 1000,
                  bookmark_interval: float = 1.0, ready_delay: float | None = 0.0,
-                 namespace_termination_delay: float = 0.0) -> None:
+                 namespace_termination_delay: float = 0.0, pods: bool = False,
+                 pod_hook: fake_pods.PodHook | None = None) -> None:
+        """`pods`: Deployments and ReplicaSets get Pod objects that follow spec.replicas (see `_WorkloadController`);
+        `pod_hook(pod)` may edit each such pod before it is stored (see `set_pod_hook`)."""
         if host not in ("127.0.0.1", "localhost", "::1"):
             raise ValueError("the fake API server listens on loopback only")
         self.store = Store(history_limit=history_limit)
@@ -167,7 +181,7 @@ class FakeKube:
         self.certificate = tls.serving_certificate()
         self._server = _Server(self, (host, port), tls.default_server_context())
         self._thread: threading.Thread | None = None
-        self.controller = _WorkloadController(self.store, ready_delay, self._stopping)
+        self.controller = _WorkloadController(self.store, ready_delay, self._stopping, pods=pods, pod_hook=pod_hook)
         # A deleted namespace stays Terminating this long before its content goes (0: gone when answered).
         self.store.namespace_termination_delay = namespace_termination_delay
         self.namespaces = lifecycle.NamespaceController(self.store, self._stopping)
@@ -264,6 +278,20 @@ class FakeKube:
         """Seconds before a workload's status follows spec.replicas; None stops the controller (pods never come)."""
         self.controller.set_delay(seconds)
 
+    def set_pod_hook(self, hook: fake_pods.PodHook | None) -> None:
+        """Call `hook(pod)` on every pod the workload controller makes (with `pods=True`), before it is stored: the
+        pod's metadata, spec and the status it is about to report, to edit in place. A test artifact: e.g. a distinct
+        containerPort on each pod, since every pod of the fake shares the IP 127.0.0.1."""
+        with self.store.lock:
+            self.controller.pod_hook = hook
+
+    def workload_pods(self, name: str, namespace: str = "default", kind: str = "Deployment") -> list[Obj]:
+        """The active pods a Deployment (or ReplicaSet) owns, by name (with `pods=True`)."""
+        workload = self.get("apps/v1", kind, name, namespace)
+        with self.store.lock:
+            return [self.store.get(PODS, namespace, pod["metadata"]["name"])
+                    for pod in self.controller.owned_pods(workload)]
+
     def _take_fault(self, method: str, target: str) -> Fault | None:
         with self.store.lock:
             for fault in self.faults:
@@ -309,12 +337,12 @@ class FakeKube:
         found = self.store.list(CORE_EVENTS, namespace)[0] + self.store.list(EVENTS_V1, namespace)[0]
         return sorted(found, key=lambda e: int(e["metadata"]["resourceVersion"]))
 
-    def table(self, resource: str = "qs", namespace: str | None = "default") -> str:
-        """What `kubectl get <resource> [-n ns | -A]` prints, from the CRD's printer columns."""
+    def table(self, resource: str = "qs", namespace: str | None = "default", *, wide: bool = False) -> str:
+        """What `kubectl get <resource> [-n ns | -A] [-o wide]` prints, from the server's Table."""
         rt = self.store.find_kind(resource)
         if rt is None:
             raise KeyError(f'the server doesn\'t have a resource type "{resource}"')
-        return printer.table(rt, self.store.list(rt, namespace)[0], all_namespaces=namespace is None)
+        return printer.table(rt, self.store.list(rt, namespace)[0], all_namespaces=namespace is None, wide=wide)
 
     # ----------------------------------------------------------------------------------------------------------
     # Watches (run in the handler thread of the request)
@@ -477,24 +505,48 @@ def _matcher(params: dict[str, str], rt: ResourceType) -> Callable[[Obj], bool]:
     return match
 
 
+_WorkloadKey = tuple[tuple[str, str], str, str]  # (storage key, namespace, name)
+
+
 class _WorkloadController:
     """Makes workload status follow spec.replicas, like the Deployment/StatefulSet controllers with pods that start
-    (after `delay` seconds, or at once). One thread, stopped with the server."""
+    (after `delay` seconds, or at once). With `pods`, Deployments and ReplicaSets get Pod objects too: created when
+    spec.replicas goes up, removed as the ReplicaSet controller chooses (pods.pods_to_delete) when it goes down,
+    ready `delay` seconds after they start, replaced when something else deletes one, and the workload's status counts
+    them. One thread, stopped with the server."""
 
-    def __init__(self, store: Store, delay: float | None, stopping: threading.Event) -> None:
+    def __init__(self, store: Store, delay: float | None, stopping: threading.Event, *, pods: bool = False,
+                 pod_hook: fake_pods.PodHook | None = None) -> None:
         self.store = store
         self.delay = delay
         self.stopping = stopping
-        self.due: dict[tuple[tuple[str, str], str, str], tuple[float, ResourceType]] = {}
+        self.due: dict[_WorkloadKey, tuple[float, ResourceType]] = {}
         self.thread: threading.Thread | None = None
+        self.pods = pods
+        self.pod_hook = pod_hook
+        self.pods_due: dict[tuple[str, str], float] = {}  # (namespace, pod) -> when it turns ready
+        self.pending: set[_WorkloadKey] = set()  # workloads to sync again after a change to one of their pods
+        self._acting = False  # set while the controller writes: its own writes are not observed again
 
     def set_delay(self, seconds: float | None) -> None:
         with self.store.lock:
             self.delay = seconds
+            if self.pods and seconds is not None:
+                for rt in (DEPLOYMENTS, REPLICASETS):
+                    self.pending.update((rt.key, ns, name) for ns, name in self.store.objects[rt.key])
             self.store.changed.notify_all()
 
     def observe(self, rt: ResourceType, obj: Obj, previous: Obj | None) -> None:
         del previous
+        if self.pods and rt.key == PODS.key:
+            owner = self._owner_key(obj)
+            if owner is not None and not self._acting:
+                self.pending.add(owner)  # synced by the thread, once the request that changed the pod is done
+            return
+        if self.pods and rt.key in (DEPLOYMENTS.key, REPLICASETS.key):
+            if not self._acting:
+                self.sync_pods((rt.key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
+            return
         if not (rt.scale_subresource and rt.group == "apps") or self.delay is None:
             return
         meta = obj["metadata"]
@@ -507,13 +559,104 @@ class _WorkloadController:
             self.due.setdefault(key, (time.monotonic() + self.delay, rt))
 
     @staticmethod
-    def _status(obj: Obj) -> Obj:
-        replicas = int((obj.get("spec") or {}).get("replicas", 1))
+    def _status(obj: Obj, replicas: int | None = None, ready: int | None = None) -> Obj:
+        """The status for `replicas` pods of which `ready` are ready (by default: spec.replicas, all ready)."""
+        if replicas is None:
+            replicas = int((obj.get("spec") or {}).get("replicas", 1))
+        ready = replicas if ready is None else ready
         status: Obj = {"observedGeneration": obj["metadata"].get("generation", 1), "replicas": replicas,
                        "updatedReplicas": replicas}
-        if replicas:  # the real controllers omit zero counts
-            status.update(readyReplicas=replicas, availableReplicas=replicas)
+        if ready:  # the real controllers omit zero counts
+            status.update(readyReplicas=ready, availableReplicas=ready)
         return status
+
+    # ----------------------------------------------------------------------------------------------------------
+    # Pods (with `pods`)
+
+    def _owner_key(self, pod: Obj) -> _WorkloadKey | None:
+        for reference in pod["metadata"].get("ownerReferences") or []:
+            rt = {"Deployment": DEPLOYMENTS, "ReplicaSet": REPLICASETS}.get(str(reference.get("kind")))
+            if reference.get("controller") and rt is not None and reference.get("apiVersion") == rt.api_version:
+                return rt.key, pod["metadata"].get("namespace", ""), str(reference.get("name"))
+        return None
+
+    def owned_pods(self, workload: Obj) -> list[Obj]:
+        """The workload's active pods (not finished, not being deleted), by name."""
+        namespace, uid = workload["metadata"].get("namespace", ""), workload["metadata"]["uid"]
+        return [pod for (ns, _), pod in sorted(self.store.objects[PODS.key].items())
+                if ns == namespace and fake_pods.owner_uid(pod) == uid and fake_pods.is_active(pod)]
+
+    def sync_pods(self, key: _WorkloadKey) -> None:
+        """The ReplicaSet controller's manageReplicas for one workload: as many pods as spec.replicas, then its
+        status from them. Nothing while the controller is stopped (delay None)."""
+        rt = DEPLOYMENTS if key[0] == DEPLOYMENTS.key else REPLICASETS
+        workload = self.store.objects[rt.key].get((key[1], key[2]))
+        if workload is None or self.delay is None:
+            return
+        acting, self._acting = self._acting, True
+        try:
+            owned = self.owned_pods(workload)
+            wanted = int((workload.get("spec") or {}).get("replicas", 1))
+            for _ in range(wanted - len(owned)):
+                self._start_pod(rt, workload)
+            if len(owned) > wanted:
+                now = dt.datetime.now(dt.UTC)
+                for pod in fake_pods.pods_to_delete(owned, owned, len(owned) - wanted, now):
+                    self.pods_due.pop((key[1], pod["metadata"]["name"]), None)
+                    self.store.delete(PODS, key[1], pod["metadata"]["name"])
+            owned = self.owned_pods(workload)
+            status = self._status(workload, len(owned), sum(1 for pod in owned if fake_pods.is_ready(pod)))
+            if workload.get("status") != status:
+                self.store.update(rt, key[1], key[2], {"metadata": {"name": key[2]}, "status": status},
+                                  subresource="status", manager="kube-controller-manager")
+        except ApiError:
+            pass  # e.g. its namespace is terminating: the real controller gives up on the pods too
+        finally:
+            self._acting = acting
+
+    def _start_pod(self, rt: ResourceType, workload: Obj) -> None:
+        """Create one pod of the workload as the ReplicaSet controller does, then report it running as the kubelet
+        does; the test's pod hook may edit it first."""
+        namespace = workload["metadata"].get("namespace", "")
+        prefix, pod = fake_pods.pod_for(workload, rt.kind, rt.api_version)
+        name = prefix + fake_pods.random_suffix()
+        while (namespace, name) in self.store.objects[PODS.key]:
+            name = prefix + fake_pods.random_suffix()
+        pod["metadata"].update(name=name, namespace=namespace)
+        ready = self.delay == 0
+        pod["status"] = fake_pods.running_status(pod, ready=ready, now=now_rfc3339())
+        if self.pod_hook is not None:
+            self.pod_hook(pod)
+        name = str(pod["metadata"]["name"])
+        self.store.create(PODS, namespace, {k: v for k, v in pod.items() if k != "status"},
+                          manager="kube-controller-manager")
+        self.store.update(PODS, namespace, name, {"metadata": {"name": name}, "status": pod["status"]},
+                          subresource="status", manager="kubelet")
+        if not ready and self.delay is not None:
+            self.pods_due[(namespace, name)] = time.monotonic() + self.delay
+
+    def _pod_turns_ready(self, namespace: str, name: str) -> None:
+        pod = self.store.objects[PODS.key].get((namespace, name))
+        if pod is None or fake_pods.is_ready(pod):
+            return
+        status = copy.deepcopy(pod.get("status") or {})
+        now = now_rfc3339()
+        for condition in status.get("conditions") or []:
+            if condition.get("type") in ("Ready", "ContainersReady"):
+                condition.update(status="True", lastTransitionTime=now)
+                condition.pop("reason", None)
+                condition.pop("message", None)
+        for container in status.get("containerStatuses") or []:
+            container["ready"] = True
+        acting, self._acting = self._acting, True
+        try:
+            self.store.update(PODS, namespace, name, {"metadata": {"name": name}, "status": status},
+                              subresource="status", manager="kubelet")
+        finally:
+            self._acting = acting
+        owner = self._owner_key(pod)
+        if owner is not None:
+            self.sync_pods(owner)
 
     def settle(self, rt: ResourceType, key: tuple[tuple[str, str], str, str]) -> None:
         with self.store.lock:
@@ -539,6 +682,12 @@ class _WorkloadController:
                     if when <= now and self.delay is not None:
                         del self.due[key]
                         self.settle(rt, key)
+                for pod_key, when in list(self.pods_due.items()):
+                    if when <= now and self.delay is not None:
+                        del self.pods_due[pod_key]
+                        self._pod_turns_ready(*pod_key)
+                while self.pending:
+                    self.sync_pods(self.pending.pop())
                 self.store.changed.wait(0.05)
 
 

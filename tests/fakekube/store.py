@@ -17,8 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.fakekube import apply as ssa
-from tests.fakekube import lifecycle, openapi, patches, schema, strategies, validation
-from tests.fakekube.resources import BUILTIN, CORE_EVENTS, CRDS, DEPLOYMENTS, NAMESPACES, Obj, ResourceType, from_crd
+from tests.fakekube import lifecycle, openapi, patches, pods, schema, strategies, validation
+from tests.fakekube.resources import (
+    BUILTIN,
+    CORE_EVENTS,
+    CRDS,
+    DEPLOYMENTS,
+    NAMESPACES,
+    PODS,
+    Obj,
+    ResourceType,
+    from_crd,
+)
 
 # Writes made through the FakeKube helpers (tests' fixtures) rather than over HTTP.
 DEFAULT_MANAGER = "fakekube"
@@ -266,6 +276,8 @@ class Store:
                 obj.pop("status", None)
             if rt.key == NAMESPACES.key:
                 obj["status"] = {"phase": "Active"}  # pkg/registry/core/namespace/strategy.go PrepareForCreate
+            if rt.key == PODS.key:
+                obj["status"] = {"phase": "Pending"}  # pkg/registry/core/pod/strategy.go PrepareForCreate
             obj.pop("apiVersion", None)
             obj.pop("kind", None)
             if rt.key == CORE_EVENTS.key:
@@ -444,6 +456,10 @@ class Store:
         CEL rules are ratcheted as since Kubernetes 1.30 (CRDValidationRatcheting, GA in 1.33): a rule is not
         evaluated again on a part of the object the update left unchanged (so a status write does not re-check
         the spec's rules)."""
+        if rt.key == PODS.key and "metadata" in obj:
+            errors = pods.annotation_errors(obj, old)
+            if errors:
+                raise invalid_fields(rt, str(obj["metadata"].get("name", "")), errors)
         if rt.schema is None:
             unknown = openapi.unknown_builtin_fields(rt, obj) if strict and not rt.custom else []
             if unknown:

@@ -4,13 +4,30 @@ from __future__ import annotations
 
 import base64
 
-from tests.fakekube.resources import SECRETS, Obj, ResourceType
+from tests.fakekube.resources import PODS, SECRETS, Obj, ResourceType
 
 
 def prepare(rt: ResourceType, obj: Obj) -> None:
     """Normalize a written object in place, as decoding it into the internal type does upstream."""
     if rt.key == SECRETS.key:
         _merge_string_data(obj)
+    if rt.key == PODS.key:
+        _default_pod_spec(obj)
+
+
+def _default_pod_spec(pod: Obj) -> None:
+    """The pod-level defaults the field selectors read (`pkg/apis/core/v1/defaults.go` `SetDefaults_PodSpec`:
+    restartPolicy, dnsPolicy, schedulerName, terminationGracePeriodSeconds, securityContext), and the
+    ServiceAccount admission plugin's `serviceAccountName: default`. Containers are not defaulted."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("schedulerName", "default-scheduler")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("securityContext", {})
+    spec.setdefault("serviceAccountName", "default")
 
 
 def _merge_string_data(secret: Obj) -> None:

@@ -300,6 +300,137 @@ def _service(obj: Obj, now: dt.datetime) -> list[Cell]:
             selector or "<none>"]
 
 
+def _restartable(init_containers: dict[str, Obj], name: object) -> bool:
+    """podutil.IsRestartableInitContainer: an init container that restarts Always (a sidecar)."""
+    return (init_containers.get(str(name)) or {}).get("restartPolicy") == "Always"
+
+
+def _terminated_at(container: Obj) -> dt.datetime | None:
+    return _parse_time((((container.get("lastState") or {}).get("terminated")) or {}).get("finishedAt"))
+
+
+def _pod_reason(state: Obj, prefix: str = "") -> str | None:
+    """A container's waiting or terminated reason, or its exit signal or code."""
+    waiting, terminated = state.get("waiting"), state.get("terminated")
+    if isinstance(waiting, dict) and waiting.get("reason"):
+        return prefix + str(waiting["reason"])
+    if isinstance(terminated, dict):
+        if terminated.get("reason"):
+            return prefix + str(terminated["reason"])
+        if terminated.get("signal"):
+            return f"{prefix}Signal:{terminated['signal']}"
+        return f"{prefix}ExitCode:{_int(terminated.get('exitCode'))}"
+    return None
+
+
+def _pod(obj: Obj, now: dt.datetime) -> list[Cell]:
+    """printers.go printPod: READY counts running ready containers (sidecars too), STATUS is the most telling
+    reason (init progress, a container's waiting/terminated reason, Terminating), RESTARTS adds when the last
+    restart was; the wide columns are IP, NODE, NOMINATED NODE and READINESS GATES."""
+    spec, status = _spec(obj), _status(obj)
+    init_containers = {str(c.get("name")): c for c in spec.get("initContainers") or []}
+    total = len(spec.get("containers") or []) + sum(1 for c in init_containers.values()
+                                                     if c.get("restartPolicy") == "Always")
+    ready = restarts = sidecar_restarts = 0
+    last_restart: dt.datetime | None = None
+    last_sidecar_restart: dt.datetime | None = None
+    reason = str(status.get("reason") or status.get("phase") or "")
+    conditions = status.get("conditions") or []
+    if any(c.get("type") == "PodScheduled" and c.get("reason") == "SchedulingGated" for c in conditions):
+        reason = "SchedulingGated"
+    initializing = False
+    init_statuses = status.get("initContainerStatuses") or []
+    for index, container in enumerate(init_statuses):
+        restarts += _int(container.get("restartCount"))
+        finished = _terminated_at(container)
+        if finished and (last_restart is None or finished > last_restart):
+            last_restart = finished
+        sidecar = _restartable(init_containers, container.get("name"))
+        if sidecar:
+            sidecar_restarts += _int(container.get("restartCount"))
+            if finished and (last_sidecar_restart is None or finished > last_sidecar_restart):
+                last_sidecar_restart = finished
+        state = container.get("state") or {}
+        terminated = state.get("terminated")
+        if isinstance(terminated, dict) and _int(terminated.get("exitCode")) == 0:
+            continue
+        if sidecar and container.get("started"):
+            ready += 1 if container.get("ready") else 0
+            continue
+        waiting = state.get("waiting")
+        if isinstance(terminated, dict) or (isinstance(waiting, dict) and waiting.get("reason")
+                                            and waiting.get("reason") != "PodInitializing"):
+            reason = _pod_reason(state, "Init:") or reason
+        else:
+            reason = f"Init:{index}/{len(init_containers)}"
+        initializing = True
+        break
+    initialized = any(c.get("type") == "Initialized" and c.get("status") == "True" for c in conditions)
+    if not initializing or initialized:
+        restarts, last_restart = sidecar_restarts, last_sidecar_restart
+        running = False
+        for container in reversed(status.get("containerStatuses") or []):
+            restarts += _int(container.get("restartCount"))
+            finished = _terminated_at(container)
+            if finished and (last_restart is None or finished > last_restart):
+                last_restart = finished
+            state = container.get("state") or {}
+            explained = _pod_reason(state)
+            if explained is not None:
+                reason = explained
+            elif container.get("ready") and isinstance(state.get("running"), dict):
+                running = True
+                ready += 1
+        if reason == "Completed" and running:
+            ready_condition = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+            reason = "Running" if ready_condition else "NotReady"
+    if obj["metadata"].get("deletionTimestamp"):
+        if status.get("reason") == "NodeLost":
+            reason = "Unknown"
+        elif status.get("phase") not in ("Succeeded", "Failed"):
+            reason = "Terminating"
+    shown_restarts = str(restarts)
+    if restarts and last_restart is not None:
+        shown_restarts = f"{restarts} ({human_duration((now - last_restart).total_seconds())} ago)"
+    ips = status.get("podIPs") or []  # the internal PodIPs[0]: status.podIP wins (v1 conversion)
+    pod_ip = str(status.get("podIP") or (ips[0].get("ip") if ips and isinstance(ips[0], dict) else "") or "")
+    gates = spec.get("readinessGates") or []
+    shown_gates = "<none>"
+    if gates:
+        by_type = {c.get("type"): c.get("status") for c in reversed(conditions)}  # the first of a type counts
+        passed = sum(1 for gate in gates if by_type.get(gate.get("conditionType")) == "True")
+        shown_gates = f"{passed}/{len(gates)}"
+    return [f"{ready}/{total}", reason, shown_restarts, _age(obj, now), pod_ip or "<none>",
+            str(spec.get("nodeName") or "") or "<none>", str(status.get("nominatedNodeName") or "") or "<none>",
+            shown_gates]
+
+
+_POD_COLUMNS = [
+    _column("Ready", description="The aggregate readiness state of this pod for accepting traffic."),
+    _column("Status", description="The aggregate status of the containers in this pod."),
+    _column("Restarts", description="The number of times the containers in this pod have been restarted and when "
+            "the last container in this pod has restarted."),
+    _AGE,
+    _column("IP", priority=1, description="podIP address allocated to the pod. Routable at least within the "
+            "cluster. Empty if not yet allocated."),
+    _column("Node", priority=1, description="NodeName indicates in which node this pod is scheduled. If empty, this "
+            "pod is a candidate for scheduling by the scheduler defined in schedulerName. Once this field is set, the "
+            "kubelet for this node becomes responsible for the lifecycle of this pod. This field should not be used "
+            "to express a desire for the pod to be scheduled on a specific node. "
+            "https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#nodename"),
+    _column("Nominated Node", priority=1, description="nominatedNodeName is set only when this pod preempts other "
+            "pods on the node, but it cannot be scheduled right away as preemption victims receive their graceful "
+            "termination periods. This field does not guarantee that the pod will be scheduled on this node. "
+            "Scheduler may decide to place the pod elsewhere if other nodes become available sooner. Scheduler may "
+            "also decide to give the resources on this node to a higher priority pod that is created after "
+            "preemption. As a result, this field may be different than PodSpec.nodeName when the pod is "
+            "scheduled."),
+    _column("Readiness Gates", priority=1, description="If specified, all readiness gates will be evaluated for pod "
+            "readiness. A pod is ready when all its containers are ready AND all conditions specified in the "
+            "readiness gates have status equal to \"True\" More info: "
+            "https://git.k8s.io/enhancements/keps/sig-network/580-pod-readiness-gates"),
+]
+
 _Printer = tuple[list[Obj], Callable[[Obj, dt.datetime], list[Cell]]]
 
 _CREATED_AT = [_column("Created At", "date", _AGE_DOC)]
@@ -326,6 +457,7 @@ BUILTIN_PRINTERS: dict[tuple[str, str], _Printer] = {
                       lambda o, now: [str(o.get("type", "")), len(o.get("data") or {}), _age(o, now)]),
     ("", "configmaps"): ([_column("Data"), _AGE],
                          lambda o, now: [len(o.get("data") or {}) + len(o.get("binaryData") or {}), _age(o, now)]),
+    ("", "pods"): (_POD_COLUMNS, _pod),
     ("", "serviceaccounts"): ([_column("Secrets"), _AGE],
                               lambda o, now: [len(o.get("secrets") or []), _age(o, now)]),
     ("", "services"): ([_column("Type"), _column("Cluster-IP"), _column("External-IP"), _column("Port(s)"), _AGE,
