@@ -226,10 +226,10 @@ class World:
         """Pods that exist (and cost): starting, ready, and draining."""
         return self.ready + self.starting_count + self.draining_pods
 
-    def set_desired(self, replicas: int, t: int, *, least_busy: bool = False, taken: int | None = None) -> None:
+    def set_desired(self, replicas: int, t: int, *, least_busy: bool = False, holding: int | None = None) -> None:
         """Scale the Deployment: new pods start now; removed pods are the not-ready ones first, then ready ones:
         any of them (a ReplicaSet's own choice), or the least busy (`least_busy`: the rule wrote the pods' in-flight
-        counts to their deletion cost). `taken`: what the ready pods removed hold, where a MultiQueueWorld chose
+        counts to their deletion cost). `holding`: what the ready pods removed hold, where a MultiQueueWorld chose
         them over all its queues."""
         replicas = max(0, replicas)
         before = self.desired
@@ -255,10 +255,10 @@ class World:
             if newest[1] == 0:
                 self.starting.pop()
         if remove:
-            if least_busy and taken is None and self.ready:
-                taken = least_busy_takes([self.in_flight_active], self.ready, self.workers.concurrency,
-                                         min(remove, self.ready), self.scale_in_rng)[0]
-            self._remove_ready(remove, t, taken)
+            if least_busy and holding is None and self.ready:
+                holding = least_busy_takes([self.in_flight_active], self.ready, self.workers.concurrency,
+                                           min(remove, self.ready), self.scale_in_rng)[0]
+            self._remove_ready(remove, t, holding)
 
     # ----------------------------------------------------------------------------------------------------------
     # Scale-in
@@ -295,11 +295,11 @@ class World:
         self.in_flight_active -= moved
         return taken
 
-    def _remove_ready(self, pods: int, t: int, taken: int | None = None) -> None:
+    def _remove_ready(self, pods: int, t: int, holding: int | None = None) -> None:
         pods = min(pods, self.ready)
         if pods <= 0:
             return
-        share = self._take_share(pods, taken)
+        share = self._take_share(pods, holding)
         self.ready -= pods
         self.scale_ins += 1
         if self.workers.scale_in == "kill":
@@ -789,8 +789,8 @@ class MultiQueueWorld:
         # The pods removed are the least busy over every queue's messages, so each queue loses what they hold.
         takes = least_busy_takes([q.in_flight_active for q in self.queues], lead.ready, self.workers.concurrency,
                                  min(removed, lead.ready), lead.scale_in_rng)
-        for q, taken in zip(self.queues, takes, strict=True):
-            q.set_desired(replicas, t, taken=taken)
+        for q, holding in zip(self.queues, takes, strict=True):
+            q.set_desired(replicas, t, holding=holding)
 
     def put(self, t: int, n: int, delay: int = 0, queue: int = 0) -> None:
         self.queues[queue].put(t, n, delay)

@@ -293,6 +293,27 @@ def test_a_scale_in_stops_on_average_the_removed_pods_share_of_the_work_in_fligh
     assert {_stopped_by_removing(2, ready=4, in_flight=6, seed=seed, concurrency=2) for seed in range(20)} == {3}
 
 
+def test_a_scale_in_of_starting_and_ready_pods_takes_the_ready_ones_share() -> None:
+    # Two pods starting and seven ready with six messages: going from 9 to 6 removes both starting pods and one
+    # ready pod, which holds a message 6 times in 7 (blind) or never (the least busy: one of them is idle).
+    def stopped(seed: int, *, least_busy: bool = False) -> int:
+        workers = Workers(startup_delay=100, service_time=ServiceTime("constant", 1000.0), scale_in="kill")
+        world = World(QueueParams(visibility_timeout=3000), workers, workers.service_time.table(16), seed=seed)
+        world.set_desired(7, -100)
+        world.put(0, 6)
+        for t in range(3):
+            world.step(t)
+        world.set_desired(9, 3)
+        assert (world.ready, world.starting_count, world.in_flight_count) == (7, 2, 6)
+        world.set_desired(6, 4, least_busy=least_busy)
+        assert (world.ready, world.starting_count) == (6, 0)
+        return 6 - world.in_flight_count
+
+    blind = [stopped(seed) for seed in range(300)]
+    assert sum(blind) / len(blind) == pytest.approx(6 / 7, abs=0.06)
+    assert {stopped(seed, least_busy=True) for seed in range(50)} == {0}
+
+
 def test_removing_the_least_busy_pods_stops_what_the_least_busy_hold() -> None:
     # One message a pod at most: idle pods go first, and only what outnumbers them is stopped.
     assert {_stopped_by_removing(3, ready=7, in_flight=4, seed=seed, least_busy=True) for seed in range(20)} == {0}
