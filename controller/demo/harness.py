@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 from controller.demo.azurite import AzuriteError, AzuriteQueueService
 from controller.demo.worker import CONNECTION_ENV
-from controller.model.rule import QueueScaler
+from controller.model.rule import InFlightEndpoint, QueueScaler
 from controller.model.secrets import SecretUnavailable
 from controller.net.http import polling_client
 from controller.reconciler import Reconciler, Reporter, SystemClock
@@ -137,16 +137,20 @@ class LiveHarness:
         service = self._service_client.from_connection_string(self.azurite.connection_string)
         return await asyncio.to_thread(service.create_queue, QUEUE_NAME)
 
-    def start_workers(self, worker_arguments: Sequence[str], grace_period: float) -> LocalProcessTarget:
+    def start_workers(self, worker_arguments: Sequence[str], grace_period: float, *,
+                      in_flight: InFlightEndpoint | None = None) -> LocalProcessTarget:
         """The local process target that runs `controller.demo.worker` on the demo's queue, one process a replica
-        (none yet: the reconciler starts them)."""
+        (none yet: the reconciler starts them). `in_flight`: the rule's `inFlight`: each worker serves its count on
+        the endpoint's path, and a scale-in stops the least busy."""
         assert self.azurite is not None, "start_queue() first"
+        serving = [] if in_flight is None else ["--in-flight-path", in_flight.path]
         self.target = LocalProcessTarget(
-            [sys.executable, "-m", "controller.demo.worker", "--queue", QUEUE_NAME, *worker_arguments],
+            [sys.executable, "-m", "controller.demo.worker", "--queue", QUEUE_NAME, *worker_arguments, *serving],
             env={**worker_environ(), CONNECTION_ENV: self.azurite.connection_string},
             ready_file=True,
             grace_period=grace_period,
             log_dir=self.workers_dir,
+            in_flight=in_flight,
         )
         return self.target
 

@@ -165,9 +165,12 @@ class _Reporter:
             run.scale_actions.append((t, result.scaled.from_replicas, result.scaled.to_replicas))
             run.scale_events.append({"t": round(t, 1), "from": result.scaled.from_replicas,
                                      "to": result.scaled.to_replicas, "reason": reason,
-                                     "message": "" if decision is None else decision.message})
+                                     "message": "" if decision is None else decision.message,
+                                     **({} if state is None or state.removal is None else {"removal": state.removal})})
         count = "-" if reading is None or reading.count is None else f"{reading.count:g}"
         scaled = f"  {result.scaled.from_replicas} -> {result.scaled.to_replicas}" if result.scaled else ""
+        if result.scaled is not None and state is not None and state.removal is not None:
+            scaled += f" ({state.removal})"
         desired = "-" if state is None else state.replicas
         ready = "-" if state is None or state.ready_replicas is None else state.ready_replicas
         print(f"+{t:6.1f}s  count {count:>5}  workers {desired} (ready {ready})  sent {len(run.sent)}  "
@@ -242,6 +245,7 @@ class ScenarioDemo:
              "--scale-in", workers.scale_in,
              "--visibility-timeout", str(math.ceil(scenario.queue.visibility_timeout))],
             {"drain": workers.termination_grace_period, "release": RELEASE_GRACE}.get(workers.scale_in, KILL_GRACE),
+            in_flight=rule.spec.in_flight,
         )
         run = _Run()
         print(

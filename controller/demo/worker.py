@@ -7,7 +7,10 @@ With the defaults it holds one message at a time, works 1 s on it and, on SIGTER
 finishes the one it holds, deletes it and exits 0: a scale-in that leaves it the grace period loses no work.
 It also exits when its parent goes away, so a demo killed hard leaves no worker behind. With
 `QUEUESCALE_READY_FILE` set (the local process target's readiness probe), it creates that file once its queue
-client is ready.
+client is ready. With `QUEUESCALE_IN_FLIGHT_FILE` set (the target's stand-in for a rule's `inFlight`), it serves
+its in-flight count as a worker pod would: `GET /in-flight` (`--in-flight-path`) on 127.0.0.1 and a free port
+answers the messages it holds now (received, not yet deleted) as plain text; it writes the port to that file
+before it says it is ready.
 
 A scenario run (`queuescale demo --scenario`) makes it behave as the scenario's pods do:
 - `--service-time constant:1` (or `exponential:MEAN`, `uniform:MIN:MAX`, `lognormal:MEAN:STDDEV`): each message
@@ -40,12 +43,15 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
 from typing import Any
+from urllib.parse import urlsplit
 
 CONNECTION_ENV = "QUEUESCALE_DEMO_CONNECTION"
 SPAWNED_AT_ENV = "QUEUESCALE_SPAWNED_AT"  # wall clock when the target spawned this process (set by the target)
+IN_FLIGHT_FILE_ENV = "QUEUESCALE_IN_FLIGHT_FILE"  # where to write the in-flight endpoint's port (set by the target)
 IDLE_WAIT = 0.25  # between receive calls while the queue is empty
 
 
@@ -109,6 +115,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "visible again at once and stop (release)")
     parser.add_argument("--visibility-timeout", type=int, default=30,
                         help="seconds a received message stays invisible to other workers")
+    parser.add_argument("--in-flight-path", default="/in-flight",
+                        help=f"with {IN_FLIGHT_FILE_ENV} set: the path that answers the messages held now")
     args = parser.parse_args(argv)
     connection = os.environ.get(CONNECTION_ENV)
     if not connection:
@@ -144,13 +152,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         events.say("stopped", processed=0)
         client.close()
         return 0
+    concurrency: int = args.concurrency
+    slots = threading.BoundedSemaphore(concurrency)
+    free = [concurrency]
+    lock = threading.Lock()
+
+    def holding() -> int:
+        # A slot is taken at the receive and given back after the delete: what a kill now would lose.
+        with lock:
+            return concurrency - free[0]
+
+    in_flight_server = None
+    in_flight_file = os.environ.get(IN_FLIGHT_FILE_ENV)
+    if in_flight_file:
+        in_flight_server = serve_in_flight(args.in_flight_path, holding)
+        _write_whole(Path(in_flight_file), str(in_flight_server.server_address[1]))
     ready_file = os.environ.get("QUEUESCALE_READY_FILE")
     if ready_file:
         Path(ready_file).touch()
     events.say("ready", spawned=spawned, ready=time.time())
-    slots = threading.BoundedSemaphore(args.concurrency)
-    free = [args.concurrency]
-    lock = threading.Lock()
     processed = [0]
     threads: list[threading.Thread] = []
     # release: the messages being worked on, by id, and whether they were handed back (then no one deletes them).
@@ -232,9 +252,43 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         for thread in threads:
             thread.join()
+    if in_flight_server is not None:
+        in_flight_server.shutdown()
+        in_flight_server.server_close()
     events.say("stopped", processed=processed[0])
     client.close()
     return 0
+
+
+def serve_in_flight(path: str, count: Callable[[], int]) -> ThreadingHTTPServer:
+    """Answer `GET path` with `count()` as plain text, on 127.0.0.1 and a free port, from a daemon thread."""
+
+    class InFlightHandler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if urlsplit(self.path).path != path:
+                self.send_error(404)
+                return
+            body = f"{count()}\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # a line per request would bury the worker's events in its log
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), InFlightHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="in-flight", daemon=True).start()
+    return server
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Write `text` so that a reader sees the whole of it or no file at all."""
+    partial = path.with_name(f"{path.name}.partial")
+    partial.write_text(text, encoding="utf-8")
+    os.replace(partial, path)
 
 
 def _release(client: Any, held: dict[str, tuple[Any, Any, Any, float]], handed_back: list[bool],

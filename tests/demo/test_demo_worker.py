@@ -1,7 +1,9 @@
-"""The demo worker's scale-in behaviours against a real Azurite: what a stopped worker leaves in the queue."""
+"""The demo worker against a real Azurite: what a stopped worker leaves in the queue, and the in-flight count it
+serves (with the local process target, a scale-in then stops the idle worker and keeps the busy one)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -10,14 +12,19 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from pathlib import Path
+from typing import IO, Any
 
+import httpx
 import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueClient
 
 from controller.demo.worker import CONNECTION_ENV
+from controller.model.rule import InFlightEndpoint
+from controller.targets.local_process import IN_FLIGHT_FILE_ENV, LocalProcessTarget
 from tests.azurite import ROOT, Azurite
+from tests.commandline import alive
 
 
 @pytest.fixture
@@ -141,3 +148,83 @@ def test_a_delete_after_the_visibility_timeout_fails_only_once_another_receive_t
     assert failed.value.status_code == 400 and "ErrorCode:PopReceiptMismatch" in str(failed.value)
     queue.delete_message(theirs.id, theirs.pop_receipt)
     assert queue.get_queue_properties().approximate_message_count == 0
+
+
+def next_events(stdout: IO[str], wanted: str, n: int = 1, timeout: float = 20) -> list[dict[str, Any]]:
+    """Read the worker's events until `n` of kind `wanted` came (or the deadline passed); those."""
+    found: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    while len(found) < n and time.monotonic() < deadline:
+        line = stdout.readline()
+        if not line:
+            break
+        event = json.loads(line)
+        if event["event"] == wanted:
+            found.append(event)
+    return found
+
+
+def in_flight(port: int, path: str = "/in-flight") -> httpx.Response:
+    return httpx.get(f"http://127.0.0.1:{port}{path}", timeout=5, trust_env=False)
+
+
+def test_the_in_flight_endpoint_answers_the_messages_the_worker_holds_now(
+    azurite: Azurite, queue: QueueClient, tmp_path: Path
+) -> None:
+    port_file = tmp_path / "port"
+    env = {**os.environ, CONNECTION_ENV: azurite.connection_string, "PYTHONPATH": str(ROOT),
+           IN_FLIGHT_FILE_ENV: str(port_file)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controller.demo.worker", "--queue", queue.queue_name, "--work-time", "4",
+         "--concurrency", "4", "--visibility-timeout", "60"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    try:
+        assert next_events(process.stdout, "ready")
+        port = int(port_file.read_text())  # written before it said it was ready
+        idle = in_flight(port)
+        assert (idle.status_code, idle.text) == (200, "0\n")
+        for n in range(3):
+            queue.send_message(json.dumps({"n": n, "sent": time.time()}))
+        assert len(next_events(process.stdout, "received", 3)) == 3
+        assert in_flight(port).text == "3\n"  # each job takes 4 s
+        assert in_flight(port, "/elsewhere").status_code == 404
+        assert len(next_events(process.stdout, "done", 3)) == 3
+        assert in_flight(port).text == "0\n"  # deleted: none held
+    finally:
+        stop(process)
+
+
+async def test_a_scale_in_with_in_flight_stops_the_idle_worker_and_keeps_the_busy_newest_one(
+    azurite: Azurite, queue: QueueClient, tmp_path: Path
+) -> None:
+    # Without inFlight the newest would go, the one holding the message.
+    target = LocalProcessTarget(
+        [sys.executable, "-m", "controller.demo.worker", "--queue", queue.queue_name, "--work-time", "60",
+         "--scale-in", "kill", "--visibility-timeout", "120"],
+        env={**os.environ, CONNECTION_ENV: azurite.connection_string, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, ready_file=True, grace_period=2, log_dir=tmp_path, in_flight=InFlightEndpoint(port="in-flight"))
+    async with target:
+        await target.scale(2, await target.read())
+        deadline = time.monotonic() + 30
+        while (await target.read()).ready_replicas != 2:
+            assert time.monotonic() < deadline, "never ready"
+            await asyncio.sleep(0.1)
+        idle, busy = target.pids
+        os.kill(idle, signal.SIGSTOP)  # so that the newest takes the message
+        try:
+            await asyncio.sleep(0.5)  # a receive it had asked for has been answered
+            queue.send_message(json.dumps({"n": 1, "sent": time.time()}))
+            log = tmp_path / "worker-2.log"
+            while '"received"' not in (log.read_text() if log.exists() else ""):
+                assert time.monotonic() < deadline + 20, "the newest worker never took the message"
+                await asyncio.sleep(0.1)
+        finally:
+            os.kill(idle, signal.SIGCONT)
+        state = await target.scale(1, await target.read())
+        assert state.removal == "the 1 least busy of 2 ready processes go, holding 0 of the 1 messages in flight"
+        deadline = time.monotonic() + 10
+        while alive(idle):
+            assert time.monotonic() < deadline, "the idle worker was not stopped"
+            await asyncio.sleep(0.05)
+        assert alive(busy) and target.pids == [busy]

@@ -54,3 +54,15 @@ def test_where_scale_ins_stop_one_percent_the_tail_is_held_against_the_range_of_
     # Below 1 % delivered again, the median rule holds as before.
     assert _stopped(1, [83.0, 91.0, 168.0], [0.0, 1.0, 2.0]) == [
         "staircase: wait_p99 live 145.05, simulated given the live jobs (median) 91 (+59%)"]
+
+
+def test_where_scale_ins_stop_one_percent_their_duplicates_are_held_against_the_range_of_the_draws() -> None:
+    # A rule with inFlight: which pods a scale-in removes decides the duplicates after it. 8 live where the
+    # simulations given the live jobs stop 2 .. 5: the model of which pods are least busy is wrong.
+    given = {"worker_seconds": [860.0, 870.0, 880.0], "wait_p99": [50.0, 60.0, 70.0],
+             "duplicate_deliveries": [2.0, 4.0, 9.0], "scale_in_duplicates": [2.0, 3.0, 5.0]}
+    live = summary(worker_seconds=870.0, wait_p99=60.0, duplicate_deliveries=8, scale_in_duplicates=8,
+                   messages_arrived=150, simulated_with_live_jobs=given)
+    assert table("least-busy", live)[1] == [
+        "least-busy: scale_in_duplicates live 8, outside what 20 simulations given the live jobs produce (2 .. 5)"]
+    assert table("least-busy", {**live, "scale_in_duplicates": 5})[1] == []

@@ -1,4 +1,5 @@
-"""The local process target with real subprocesses: start, readiness, stop newest first, SIGKILL, restarts, close."""
+"""The local process target with real subprocesses: start, readiness, stop newest first (or, with `inFlight`, the
+least busy), SIGKILL, restarts, close."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.model.rule import InFlightEndpoint
 from controller.targets.base import ScaleState, TargetConflict, TargetError
-from controller.targets.local_process import LocalProcessTarget
+from controller.targets.local_process import IN_FLIGHT_FILE_ENV, LocalProcessTarget
 from tests.commandline import alive
 
 # Each worker sets up its SIGTERM handling, then writes its replica number to a file named after its pid (so a
@@ -31,6 +33,39 @@ while True:
     time.sleep(0.05)
 """
 CRASHING = "import sys; sys.exit(3)"
+# A worker that serves, as a pod does for `inFlight`, the count the test wrote to `count-<replica>` in argv[1]
+# (`GET /in-flight` on 127.0.0.1), writes its port where the target said, and says it is ready (a ready file) once
+# `ready-<replica>` exists there too, or at once without argv[2]. It notes in `env-<replica>` whether the target
+# told it where to write its port.
+COUNTING = f"""
+import http.server, os, pathlib, signal, sys, time
+folder, replica = pathlib.Path(sys.argv[1]), os.environ["QUEUESCALE_REPLICA"]
+signal.signal(signal.SIGTERM, lambda *_: os._exit(0))
+
+class Count(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = (folder / f"count-{{replica}}").read_text().encode()
+        self.send_response(200 if self.path == "/in-flight" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Count)
+port_file = os.environ.get("{IN_FLIGHT_FILE_ENV}")
+(folder / f"env-{{replica}}").write_text("told" if port_file else "not told")
+if port_file:
+    pathlib.Path(port_file + ".partial").write_text(str(server.server_address[1]))
+    os.replace(port_file + ".partial", port_file)
+if len(sys.argv) > 2:
+    while not (folder / f"ready-{{replica}}").exists():
+        time.sleep(0.02)
+    pathlib.Path(os.environ["QUEUESCALE_READY_FILE"]).touch()
+server.serve_forever()
+"""
+IN_FLIGHT = InFlightEndpoint(port="in-flight")
 
 
 def python(script: str, *args: str) -> list[str]:
@@ -232,3 +267,74 @@ async def test_no_scale_after_close(tmp_path: Path) -> None:
         await scale(target, 1)
     assert caught.value.code == "Closed"
     assert target.started == []
+
+
+async def counting_processes(target: LocalProcessTarget, folder: Path, counts: list[str]) -> list[int]:
+    """Scale to one process per count, each serving its count; their pids, oldest first, once each has said where
+    (or that it was not told where)."""
+    for replica, count in enumerate(counts, start=1):
+        (folder / f"count-{replica}").write_text(count)
+    await scale(target, len(counts))
+    await wait_for(lambda: all((folder / f"env-{n}").exists() for n in range(1, len(counts) + 1)))
+    await asyncio.sleep(0.2)  # the port file is written just after
+    return target.pids
+
+
+async def test_with_in_flight_a_scale_in_stops_the_least_busy_process_and_keeps_the_busy_ones(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(COUNTING, str(tmp_path)), in_flight=IN_FLIGHT) as target:
+        oldest, idle, newest = await counting_processes(target, tmp_path, ["3", "0", "2"])
+        state = await scale(target, 2)
+        await wait_for(lambda: not alive(idle))
+        assert target.pids == [oldest, newest]  # not the newest, as without inFlight: the idle one
+        assert state.removal == "the 1 least busy of 3 ready processes go, holding 0 of the 5 messages in flight"
+        assert not state.removal_failed
+        state = await scale(target, 1)
+        await wait_for(lambda: not alive(newest))
+        assert target.pids == [oldest]  # 2 in flight go before 3
+        assert state.removal is not None and "holding 2 of the 5" in state.removal
+
+
+async def test_with_in_flight_the_newest_of_equally_busy_processes_goes_first(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(COUNTING, str(tmp_path)), in_flight=IN_FLIGHT) as target:
+        older, newer, busy = await counting_processes(target, tmp_path, ["0", "0", "1"])
+        await scale(target, 2)
+        await wait_for(lambda: not alive(newer))
+        assert target.pids == [older, busy]
+
+
+async def test_with_in_flight_a_process_not_ready_goes_before_idle_ready_ones(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(COUNTING, str(tmp_path), "gated"), ready_file=True,
+                                  in_flight=IN_FLIGHT) as target:
+        for replica in (2, 3):
+            (tmp_path / f"ready-{replica}").touch()  # replica 1, the oldest, never says it is ready
+        starting, idle, also_idle = await counting_processes(target, tmp_path, ["0", "0", "0"])
+        deadline = time.monotonic() + 10
+        while (await target.read()).ready_replicas != 2:
+            assert time.monotonic() < deadline, "never ready"
+            await asyncio.sleep(0.05)
+        state = await scale(target, 2)
+        await wait_for(lambda: not alive(starting))
+        assert target.pids == [idle, also_idle]
+        assert state.removal == ("1 not ready and the 0 least busy of 2 ready processes go, holding 0 of the 0 "
+                                 "messages in flight")
+
+
+async def test_with_in_flight_a_count_that_cannot_be_read_stops_the_newest_and_says_why(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(COUNTING, str(tmp_path)), in_flight=IN_FLIGHT) as target:
+        idle, unreadable, busiest = await counting_processes(target, tmp_path, ["0", "many", "9"])
+        state = await scale(target, 2)
+        await wait_for(lambda: not alive(busiest))
+        assert target.pids == [idle, unreadable]
+        assert state.removal_failed
+        assert state.removal == ("processes stopped newest first: pod worker-2 answered something that is not a "
+                                 "count on port 'in-flight'/in-flight")
+
+
+async def test_without_in_flight_a_scale_in_stops_the_newest_whatever_it_holds(tmp_path: Path) -> None:
+    async with LocalProcessTarget(python(COUNTING, str(tmp_path))) as target:
+        idle, also_idle, busy = await counting_processes(target, tmp_path, ["0", "0", "5"])
+        assert (tmp_path / "env-3").read_text() == "not told"
+        state = await scale(target, 2)
+        await wait_for(lambda: not alive(busy))
+        assert target.pids == [idle, also_idle]
+        assert state.removal is None
