@@ -40,7 +40,7 @@ from typing import Any
 
 from benchmarks.offline_bound import Bound, offline_bound
 from controller.commands.simulate import default_rule
-from controller.model.rule import QueueScaler
+from controller.model.rule import InFlightEndpoint, QueueScaler
 from controller.simulator.adapters import RuleAutoscaler, StaticAutoscaler
 from controller.simulator.keda import EmulatedScaledObject, KedaAutoscaler, parse_scaled_object
 from controller.simulator.report import line_chart
@@ -103,15 +103,24 @@ def ours_label(factor: float) -> str:
     return "queuescale" if factor == 1.0 else f"queuescale-st{factor:g}"
 
 
+IN_FLIGHT_LABEL = "queuescale-inflight"
+
+
+def told_in_flight(rule: QueueScaler) -> QueueScaler:
+    """The rule with the pods' in-flight counts told (`inFlight`): a scale-in removes the least busy pods."""
+    return replace(rule, spec=replace(rule.spec, in_flight=InFlightEndpoint(port="in-flight")))
+
+
 def contenders(scenario: Scenario, factors: Sequence[float] = ()) -> list[Contender]:
     found = []
-    for factor in (1.0, *factors):
-        rule = our_rule(scenario, factor)
+    rules = [(ours_label(factor), our_rule(scenario, factor)) for factor in (1.0, *factors)]
+    rules.append((IN_FLIGHT_LABEL, told_in_flight(our_rule(scenario))))
+    for label, rule in rules:
 
         def ours(world: World, rule: QueueScaler = rule) -> RuleAutoscaler:
             return RuleAutoscaler("queuescale", rule, world, scenario.start_epoch)
 
-        found.append(Contender(ours_label(factor), ours))
+        found.append(Contender(label, ours))
     for interval in POLLING_INTERVALS:
         for length in QUEUE_LENGTHS:
             scaled = keda_object(scenario, length, interval)
@@ -206,6 +215,7 @@ class Row:
     startup: float = 0.0  # the pods' start-up delay
     robustness: tuple[tuple[float, Metrics], ...] = ()  # (serviceTime factor told, queuescale's metrics)
     chart: str = ""  # SVG: replicas over time, ours against KEDA
+    told_in_flight: Metrics | None = None  # ours with the pods' in-flight counts told (inFlight)
 
 
 def floor_worker_seconds(scenario: Scenario, metrics: Metrics) -> float:
@@ -238,7 +248,7 @@ def run_scenario(name: str, factors: Sequence[float] = SERVICE_TIME_FACTORS) -> 
         keda_at_our_p99=results[match[1]] if match else None, at_our_p99_label=match[1] if match else None,
         seconds=time.perf_counter() - started, startup=scenario.workers.startup_delay,
         robustness=tuple((f, results[ours_label(f)]) for f in factors), chart=chart,
-        referees=kept, bound=offline_bound(scenario),
+        referees=kept, bound=offline_bound(scenario), told_in_flight=results[IN_FLIGHT_LABEL],
     )
 
 
@@ -296,7 +306,8 @@ def table_rows(rows: Sequence[Row]) -> list[tuple[str, ...]]:
     lines: list[tuple[str, ...]] = []
     for row in rows:
         entries: list[tuple[str, Metrics | None]] = [
-            ("queuescale", row.ours), ("KEDA queueLength 5", row.keda_default),
+            ("queuescale", row.ours), ("queuescale, inFlight told", row.told_in_flight),
+            ("KEDA queueLength 5", row.keda_default),
             (f"KEDA tuned ({keda_setting(row.tuned_label)})" if row.tuned_label else "KEDA tuned: none meets SLO",
              row.keda_tuned),
         ]
@@ -412,6 +423,12 @@ def summary(rows: Sequence[Row]) -> list[str]:
                            f" (target {10 + row.startup:g}s"
                            + (f"; KEDA tuned {tuned.burst_enough_capacity_mean:.0f}s)"
                               if tuned and tuned.burst_enough_capacity_mean is not None else ")"))
+        told = row.told_in_flight
+        if told is not None:
+            met = "meets" if told.wait_p99 <= row.slo else "misses"
+            ratio = told.worker_seconds / ours.worker_seconds
+            verdict.append(f"inFlight told: p99 {told.wait_p99:g}s ({met}), duplicates after a scale-in "
+                           f"{told.scale_in_duplicates}, {ratio:.2f}x the worker-seconds")
         for factor, metrics in row.robustness:
             verdict.append(f"serviceTime x{factor:g}: p99 {metrics.wait_p99:g}s "
                            f"({'meets' if metrics.wait_p99 <= row.slo else 'misses'}), "
@@ -460,6 +477,13 @@ def scoreboard(rows: Sequence[Row]) -> list[str]:
                   f" (no KEDA setting meets the SLO on the other {unpriced})" if unpriced else ""),
              line(f"efficiency >= {STEADY_EFFICIENCY:g} steady, >= {BURSTY_EFFICIENCY:g} bursty", rows, efficiency),
              line("duplicates after a scale-in <= KEDA's (tuned, else default)", rows, duplicates)]
+    told = [(r, r.told_in_flight) for r in rows if r.told_in_flight is not None]
+    if told:
+        lines.append(line("the same, the pods' in-flight counts told (`inFlight`)", [r for r, _ in told],
+                          [f"{r.scenario} ({m.scale_in_duplicates} vs {keda(r).scale_in_duplicates})" for r, m in told
+                           if m.scale_in_duplicates > keda(r).scale_in_duplicates]))
+        lines.append(line("SLO (p99 wait), the pods' in-flight counts told", [r for r, _ in told],
+                          [f"{r.scenario} ({m.wait_p99:g} s vs {r.slo:g} s)" for r, m in told if m.wait_p99 > r.slo]))
     factors = sorted({f for r in rows for f, _ in r.robustness})
     for factor in factors:
         told = [(r, m) for r in rows for f, m in r.robustness if f == factor]
@@ -505,7 +529,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(summary(rows)))
     print()
     print("\n".join(scoreboard(rows)))
-    policies = 1 + len(args.service_time_factors) + len(QUEUE_LENGTHS) * len(POLLING_INTERVALS)
+    policies = 2 + len(args.service_time_factors) + len(QUEUE_LENGTHS) * len(POLLING_INTERVALS)
     print(f"\n{len(rows)} scenarios, {policies} policies and the referees each, in {elapsed:.0f} s "
           f"({args.jobs} processes)")
     if args.markdown:

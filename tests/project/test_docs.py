@@ -393,7 +393,9 @@ def test_the_readme_seeds_figure_is_what_docs_seeds_md_measured() -> None:
 # The scoreboard's targets (benchmarks.policy_suite.scoreboard) by the short name the notes' table gives them.
 TARGETS = {"SLO (p99 wait) at the stated serviceTime": "SLO", "worker-seconds <=": "cost", "efficiency >=": "efficiency",
            "duplicates after a scale-in": "duplicates", "SLO with serviceTime told x0.5": "x0.5",
-           "SLO with serviceTime told x2": "x2", "a burst meets enough capacity": "burst"}
+           "SLO with serviceTime told x2": "x2", "a burst meets enough capacity": "burst",
+           "the same, the pods' in-flight counts told": "duplicates, inFlight",
+           "SLO (p99 wait), the pods' in-flight counts told": "SLO, inFlight"}
 MISS = re.compile(r"(?<=\)), ")  # misses are "name (figure)", and a figure may hold a comma
 
 

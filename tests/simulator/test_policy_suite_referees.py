@@ -189,8 +189,15 @@ def test_the_scoreboard_counts_each_target_and_names_each_miss_with_its_figure(t
     assert late.ours.wait_p99 > late.slo and steady.ours.wait_p99 <= steady.slo
     lines = scoreboard([late, steady])
     assert lines[:2] == ["| target | met on | missed on |", "|---|---|---|"]
-    slo, cost, _efficiency, _duplicates, half, double, bursts = lines[2:]
+    slo, cost, _efficiency, _duplicates, told_duplicates, told_slo, half, double, bursts = lines[2:]
     assert slo == f"| SLO (p99 wait) at the stated serviceTime | 1 of 2 | late-start ({late.ours.wait_p99:g} s vs 30 s) |"
+    # The rule told the pods' in-flight counts (inFlight) is a contender of its own, with its own lines.
+    assert late.told_in_flight is not None and steady.told_in_flight is not None
+    assert told_duplicates.startswith("| the same, the pods' in-flight counts told (`inFlight`) | ")
+    told_late = late.told_in_flight.wait_p99
+    assert told_slo == ("| SLO (p99 wait), the pods' in-flight counts told | "
+                        + (f"1 of 2 | late-start ({told_late:g} s vs 30 s) |" if told_late > 30 else "2 of 2 | none |"))
+    assert not any("in-flight" in line for line in scoreboard([replace(steady, told_in_flight=None)]))
     # Efficiency: a steady row at 0.10 misses 0.75; the same row at 0.99 meets it.
     low = replace(steady, ours=replace(steady.ours, efficiency=0.10))
     assert "| steady (0.10 vs 0.75) |" in scoreboard([low])[4]
