@@ -127,7 +127,7 @@ def test_everything_on_renders_every_optional_object() -> None:
     assert kinds == sorted(["CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
                             "Role", "RoleBinding", "Deployment", "Service", "ServiceMonitor",
                             "PodDisruptionBudget", "ConfigMap", "ValidatingAdmissionPolicy",
-                            "ValidatingAdmissionPolicyBinding"])
+                            "ValidatingAdmissionPolicyBinding", "ClusterRole", "ClusterRoleBinding"])
     pod = the(docs, "Deployment")["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["args"] == [
@@ -175,12 +175,23 @@ def _admits(policy: Doc, old: Doc, new: Doc) -> bool:
     return bool(env.program(env.compile(validation["expression"])).evaluate(activation))
 
 
+def pods_grant(docs: Sequence[Doc]) -> list[Doc]:
+    """The objects of templates/rbac-pods.yaml: the pods ClusterRole and its binding, the admission policy and its."""
+    return [d for d in docs if d["metadata"]["name"] == "queuescale-operator-pods"
+            or d["kind"].startswith("ValidatingAdmissionPolicy")]
+
+
 def test_pods_are_granted_only_with_a_policy_that_lets_the_operator_change_only_the_deletion_cost() -> None:
-    assert not any(rule.get("resources") == ["pods"] for rule in the(render(), "ClusterRole")["rules"])
-    assert not [d for d in render() if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert not any("pods" in rule["resources"] for d in by_kind(render(), "ClusterRole") for rule in d["rules"])
+    assert pods_grant(render()) == []
     docs = render("--set", "rbac.pods=true")
-    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]} in (
-        the(docs, "ClusterRole")["rules"])
+    assert [d["kind"] for d in pods_grant(docs)] == [
+        "ClusterRole", "ClusterRoleBinding", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    role, binding_of_role = pods_grant(docs)[:2]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "patch"]}]
+    assert binding_of_role["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding_of_role["subjects"] == [{"kind": "ServiceAccount", "name": "queuescale-operator",
+                                            "namespace": "queuescale-system"}]
     policy = the(docs, "ValidatingAdmissionPolicy")
     binding = the(docs, "ValidatingAdmissionPolicyBinding")
     assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
@@ -201,6 +212,14 @@ def test_pods_are_granted_only_with_a_policy_that_lets_the_operator_change_only_
         "a finalizer": _pod(metadata__finalizers=["evil.example/hold"]),
     }
     assert [what for what, new in refused.items() if _admits(policy, old, new)] == []
+
+
+def test_the_plain_manifest_for_pods_is_the_charts_rbac_pods() -> None:
+    plain = [doc for doc in yaml.safe_load_all((ROOT / "manifests" / "optional" / "rbac-pods.yaml").read_text())
+             if doc]
+    assert keyed(plain) == keyed([normalised(d) for d in pods_grant(render("--set", "rbac.pods=true"))])
+    for doc in plain:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
 def test_service_monitor_scrapes_the_metrics_service() -> None:
