@@ -59,9 +59,14 @@ class Marking:
             return f"pods removed as the ReplicaSet chooses: {self.problem}"
         held = sorted(c.in_flight for c in self.counts)
         removing = max(0, min(len(held), before - after - max(0, before - len(held))))
-        chosen = held[:removing]
-        return (f"the {removing} least busy of {len(held)} ready pods go, holding {sum(chosen)} of the "
-                f"{sum(held)} messages in flight (counts written to {DELETION_COST} of {self.written})")
+        return (f"{least_busy_words(held[:removing], held, 'pods')} "
+                f"(counts written to {DELETION_COST} of {self.written})")
+
+
+def least_busy_words(removed: Sequence[int], ready: Sequence[int], things: str) -> str:
+    """What the ready `things` removed by their count held, of what all the ready ones held."""
+    return (f"the {len(removed)} least busy of {len(ready)} ready {things} go, holding {sum(removed)} of the "
+            f"{sum(ready)} messages in flight")
 
 
 def ready(pod: Mapping[str, Any]) -> bool:

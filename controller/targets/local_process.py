@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from controller.kube.inflight import read_counts
+from controller.kube.inflight import least_busy_words, read_counts
 from controller.model.rule import InFlightEndpoint, ScaleTargetRef
 from controller.targets.base import ScaleState, StartupMeter, TargetConflict, TargetError
 
@@ -251,9 +251,8 @@ class LocalProcessTarget:
         chosen = sorted(newest_first, key=cost)[:removing]  # a stable sort: the newest first among equals
         ready_chosen = [r for r in chosen if id(r) in ready]
         not_ready = len(chosen) - len(ready_chosen)
-        words = (f"{not_ready} not ready and " if not_ready else "") + (
-            f"the {len(ready_chosen)} least busy of {len(counts)} ready processes go, holding "
-            f"{sum(cost(r) for r in ready_chosen)} of the {sum(counts.values())} messages in flight")
+        words = (f"{not_ready} not ready and " if not_ready else "") + least_busy_words(
+            [cost(r) for r in ready_chosen], list(counts.values()), "processes")
         return chosen, (words, False)
 
     # ----------------------------------------------------------------------------------------------------------

@@ -38,14 +38,21 @@ def queue(azurite: Azurite) -> Iterator[QueueClient]:
         client.close()
 
 
+def start_worker(azurite: Azurite, queue: QueueClient, *args: str, env: dict[str, str] | None = None
+                 ) -> subprocess.Popen[str]:
+    """`python -m controller.demo.worker` on `queue` with `args`, its events on stdout."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "controller.demo.worker", "--queue", queue.queue_name, *args],
+        env={**os.environ, CONNECTION_ENV: azurite.connection_string, "PYTHONPATH": str(ROOT), **(env or {})},
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert process.stdout is not None
+    return process
+
+
 def worker_holding_one_message(azurite: Azurite, queue: QueueClient, scale_in: str) -> subprocess.Popen[str]:
     """A worker with a 60 s job and a 120 s visibility timeout, once it has received the one message sent."""
     queue.send_message(json.dumps({"n": 1, "sent": time.time()}))
-    env = {**os.environ, CONNECTION_ENV: azurite.connection_string, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "controller.demo.worker", "--queue", queue.queue_name, "--work-time", "60",
-         "--scale-in", scale_in, "--visibility-timeout", "120"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = start_worker(azurite, queue, "--work-time", "60", "--scale-in", scale_in, "--visibility-timeout", "120")
     assert process.stdout is not None
     deadline = time.monotonic() + 20
     for line in process.stdout:
@@ -103,11 +110,7 @@ def test_a_done_message_says_the_work_it_slept_and_the_delete_takes_the_rest_of_
     azurite: Azurite, queue: QueueClient
 ) -> None:
     queue.send_message(json.dumps({"n": 7, "sent": time.time()}))
-    env = {**os.environ, CONNECTION_ENV: azurite.connection_string, "PYTHONPATH": str(ROOT)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "controller.demo.worker", "--queue", queue.queue_name, "--work-time", "0.5",
-         "--scale-in", "drain", "--visibility-timeout", "30"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = start_worker(azurite, queue, "--work-time", "0.5", "--scale-in", "drain", "--visibility-timeout", "30")
     assert process.stdout is not None
     try:
         deadline = time.monotonic() + 20
@@ -172,12 +175,8 @@ def test_the_in_flight_endpoint_answers_the_messages_the_worker_holds_now(
     azurite: Azurite, queue: QueueClient, tmp_path: Path
 ) -> None:
     port_file = tmp_path / "port"
-    env = {**os.environ, CONNECTION_ENV: azurite.connection_string, "PYTHONPATH": str(ROOT),
-           IN_FLIGHT_FILE_ENV: str(port_file)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "controller.demo.worker", "--queue", queue.queue_name, "--work-time", "4",
-         "--concurrency", "4", "--visibility-timeout", "60"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    process = start_worker(azurite, queue, "--work-time", "4", "--concurrency", "4", "--visibility-timeout", "60",
+                           env={IN_FLIGHT_FILE_ENV: str(port_file)})
     assert process.stdout is not None
     try:
         assert next_events(process.stdout, "ready")
