@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
+import multiprocessing.pool
+import signal
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Protocol, cast
@@ -331,6 +333,29 @@ async def run_one(
 _FORKED: tuple[Scenario, ArrivalPlan, Sequence[Contender], bool] | None = None
 
 
+# The signals a forked worker takes its own way (see `worker_pool`).
+_WORKER_SIGNALS = {signal.SIGTERM, signal.SIGINT}
+
+
+def _worker_signals() -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _WORKER_SIGNALS)
+
+
+def worker_pool(jobs: int) -> multiprocessing.pool.Pool:
+    """The forked pool of a parallel run. Its workers die on SIGTERM and ignore SIGINT (Ctrl-C reaches the parent,
+    which stops the pool). A fork inherits the parent's Python handlers: under one that raises on SIGTERM (the test
+    runner's does), `Pool.terminate()` raised an exception wherever a finishing worker had got to, and now and then
+    left it waiting for good on a lock it had been holding, with the parent waiting on it. The two signals stay
+    blocked from the fork until the worker has set its own handlers, so none lands in between."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _WORKER_SIGNALS)
+    try:
+        return multiprocessing.get_context("fork").Pool(jobs, initializer=_worker_signals)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def _run_forked(index: int) -> tuple[int, RunResult]:
     assert _FORKED is not None
     scenario, plan, contenders, record = _FORKED
@@ -376,7 +401,7 @@ def _simulate_in_processes(
     _FORKED = (scenario, plan, contenders, record_timeline)
     results: list[RunResult | None] = [None] * len(contenders)
     try:
-        with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        with worker_pool(jobs) as pool:
             for done, (index, result) in enumerate(pool.imap_unordered(_run_forked, range(len(contenders))), 1):
                 results[index] = result
                 if progress is not None:
