@@ -141,6 +141,10 @@ class ScalingMemory:
     # Times when work was counted at the first polls after the rule went to zero (controller/policy.py,
     # `remember_early_wake`): the last one within a day.
     early_wakes: tuple[float, ...] = ()
+    # Messages a second arriving at the last poll every source answered, where the count was growing there (its
+    # growth plus what the busy replicas completed); kept while a source's polls fail, so that the replicas serving
+    # those arrivals are kept (controller/policy.py, `arrivals_seen`). None otherwise.
+    arrivals_seen: float | None = None
 
     def with_scale(self, now: float, from_replicas: int, to_replicas: int) -> ScalingMemory:
         """The memory after the target was really scaled (call only once the write succeeded)."""
@@ -192,6 +196,7 @@ class ScalingMemory:
             "lastHandScaleDown": self.last_hand_scale_down,
             "standing": self.standing,
             "earlyWakes": list(self.early_wakes),
+            "arrivalsSeen": self.arrivals_seen,
         }
 
     @classmethod
@@ -223,6 +228,7 @@ class ScalingMemory:
                 last_hand_scale_down=_time(data.get("lastHandScaleDown")),
                 standing=_time(data.get("standing")),
                 early_wakes=tuple(_number(t) for t in _list(data.get("earlyWakes"))),
+                arrivals_seen=_time(data.get("arrivalsSeen")),
             )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"memory is not valid: {exc}") from None

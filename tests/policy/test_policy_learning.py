@@ -590,6 +590,46 @@ def test_a_failing_queue_keeps_its_last_count() -> None:
     assert back.memory.last_known_counts == () and back.desired == 2
 
 
+def test_a_failed_poll_keeps_the_replicas_that_serve_what_was_arriving_when_it_was_last_seen() -> None:
+    # RATE: 1 message a second a replica, sized for 31. 10 replicas, every slot busy, the count rising 2 a second:
+    # (320 + 2 x 10) / 31 = 10.97, within tolerance of 10, so the answered polls keep 10 and let it grow.
+    run = drained([280, 300, 320], current=10)
+    assert run.current == 10
+    # Its polls fail: the count is held at 320, but 2 + 10 x 1 = 12 a second go on arriving.
+    failed = run.tick(30, None)
+    assert (failed.desired, failed.reason) == (12, Reason.SCALED_UP)
+    assert run.memory.arrivals_seen == pytest.approx(12.0)
+    assert "serve the 12 messages a second arriving when every source last answered" in failed.message
+    # No more at the next failed polls: the same arrivals, served.
+    assert run.tick(40, None).desired == 12
+    assert run.tick(50, None).desired == 12
+    # Answered again, the count decides, and what was arriving then is forgotten.
+    back = run.tick(60, 300)
+    assert back.memory.arrivals_seen is None
+
+
+def test_a_failed_poll_after_a_count_that_did_not_grow_holds_as_before() -> None:
+    run = drained([320, 310, 300], current=10)
+    held = run.tick(30, None)
+    assert (held.desired, held.reason) == (10, Reason.POLL_FAILED)
+    assert run.memory.arrivals_seen is None
+
+
+def test_a_failed_poll_in_count_mode_keeps_no_arrivals() -> None:
+    # targetPerReplica with no serviceTime: nothing says what a replica completes, so nothing says what arrives.
+    run = Run(make_spec(policy={"targetPerReplica": 10}), current=10, memory=LONG_AGO)
+    for t, count in ((0, 90), (10, 95), (20, 100)):
+        run.tick(t, count)
+    held = run.tick(30, None)
+    assert (held.desired, held.reason) == (10, Reason.POLL_FAILED)
+    assert run.memory.arrivals_seen is None
+
+
+def test_the_arrivals_seen_round_trip_through_the_memory_json() -> None:
+    memory = ScalingMemory(arrivals_seen=4.75, consecutive_failures=3)
+    assert ScalingMemory.from_json(json.loads(json.dumps(memory.to_json()))) == memory
+
+
 def test_the_fallback_still_scales_up_on_what_is_known() -> None:
     run = Run(make_spec(queues=2, fallback={"failureThreshold": 1}), current=104)
     run.tick(0, 500, 20)
