@@ -91,10 +91,59 @@ def no_busier_than_usual(
     return in_flight(count, current, per_replica) <= memory.in_flight_mean[2]
 
 
-def expected_stops(count: float, current: int, kept: int, per_replica: int) -> float:
+def expected_stops(count: float, current: int, kept: int, per_replica: int, *, least_busy: bool = False) -> float:
     """The messages a scale-in from `current` to `kept` replicas stops in expectation: the removed pods' share of
-    what is in flight (a ReplicaSet cannot tell busy pods from idle ones)."""
-    return in_flight(count, current, per_replica) * (current - kept) / current
+    what is in flight (a ReplicaSet cannot tell busy pods from idle ones), or, where the rule writes the pods'
+    in-flight counts to their deletion cost (`least_busy`, `spec.inFlight`), what the least busy hold."""
+    held = in_flight(count, current, per_replica)
+    if least_busy:
+        return least_busy_hold(held, current, per_replica, current - kept)
+    return held * (current - kept) / current
+
+
+def least_busy_hold(held: float, pods: int, per_replica: int, removed: int) -> float:
+    """What the `removed` least busy of `pods` pods hold in expectation, `held` messages in flight in their
+    `per_replica` slots each.
+
+    A free slot takes the next message whichever pod it is on and jobs end independently, so every placement is as
+    likely (the simulator's model, controller/simulator/world.py `least_busy_takes`); each pod's count is taken as
+    binomial, `per_replica` slots each busy with the chance `held / (pods x per_replica)`, independently of the
+    others. The sum of the k smallest of n counts is the sum over x below `per_replica` of how many of the k are
+    above x: `sum_x E[(k - B_x)+]`, B_x the pods with x or fewer, binomial over n with P(count <= x). Against the
+    simulator's draws of placements of the fixed total it is within 5 % where the removed hold several messages
+    (tests/policy/test_kill_floor.py); where they hold about none it says a little more (1 message on 2 one-slot pods:
+    0.25, where the least busy holds none), independent counts varying more than counts of a fixed total. Never
+    more than the removed pods' share (`expected_stops` blind): the k smallest are at most the mean."""
+    if removed <= 0 or pods <= 0 or held <= 0.0:
+        return 0.0
+    removed = min(removed, pods)
+    busy = min(1.0, held / (pods * per_replica))
+    if busy >= 1.0:
+        return float(removed * per_replica)
+    total = 0.0
+    at_most = 0.0  # P(count <= x), x = 0, 1, ...
+    for x in range(per_replica):
+        at_most += math.comb(per_replica, x) * busy**x * (1.0 - busy) ** (per_replica - x)
+        if at_most >= 1.0 - 1e-12:
+            break  # every pod holds x or fewer: none of the k is above x, or above any larger x
+        total += _short_of(removed, pods, at_most)
+    return total
+
+
+def _short_of(k: int, n: int, q: float) -> float:
+    """E[(k - B)+] for B binomial over n trials of chance q: by how much fewer than k of n succeed."""
+    if q >= 1.0:
+        return 0.0
+    if q <= 0.0:
+        return float(k)
+    log_q, log_rest = math.log(q), math.log1p(-q)
+    short = 0.0
+    # Below 12 standard deviations under the mean the binomial's terms are nothing a float keeps.
+    first = max(0, math.floor(n * q - 12.0 * math.sqrt(n * q * (1.0 - q))))
+    for b in range(first, k):
+        log_pmf = math.lgamma(n + 1) - math.lgamma(b + 1) - math.lgamma(n - b + 1) + b * log_q + (n - b) * log_rest
+        short += (k - b) * math.exp(log_pmf)
+    return short
 
 
 def _decay(since: float, now: float) -> float:
@@ -149,7 +198,7 @@ def record_scale_in(
     """The memory after a scale-in from `current` to `desired`, with the messages it is expected to stop."""
     if not counts_stops(spec) or per_replica is None or desired >= current or current == 0:
         return memory
-    expected = expected_stops(count, current, desired, per_replica)
+    expected = expected_stops(count, current, desired, per_replica, least_busy=spec.in_flight is not None)
     if expected <= 0.0:
         return memory
     return replace(memory, stopped=(now, stopped_now(memory, now) + expected))
@@ -168,7 +217,8 @@ def stop_floor(
             or memory.in_flight_mean is None or asked >= current):
         return None
     mean = memory.in_flight_mean[2]
-    releasing = expected_stops(count, current, asked, per_replica)
+    least_busy = spec.in_flight is not None
+    releasing = expected_stops(count, current, asked, per_replica, least_busy=least_busy)
     stopped = stopped_now(memory, now) * 3600.0 / STOP_WINDOW
     completed = mean * throughput / per_replica * 3600.0
     if stopped + releasing * 3600.0 / STOP_WINDOW <= STOP_BUDGET * completed:
@@ -180,7 +230,7 @@ def stop_floor(
     )
     kept = max(asked, min(current, floor.replicas))
     waiting = (in_flight(count, current, per_replica) > mean
-               or expected_stops(count, current, kept, per_replica) > floor.allowance)
+               or expected_stops(count, current, kept, per_replica, least_busy=least_busy) > floor.allowance)
     return replace(floor, waiting=waiting)
 
 

@@ -523,14 +523,15 @@ def _quiet_release(
 
     A ReplicaSet picks the pods it removes without knowing which are busy, so removing `current - kept` of
     `current` replicas stops, in expectation, that share of the messages in flight (the count, at most the
-    slots of the current replicas)."""
+    slots of the current replicas); told the pods' counts (`inFlight`), it removes the least busy, which hold less
+    (`kills.expected_stops`)."""
     if not releases_when_quiet(spec, size, measured_startup):
         return None
     kept = max(stabilized, _window(memory.recommendations, now, UNNEEDED_POLLS * spec.polling_interval, max))
     if kept >= current or kept > QUIET_SHARE * current:
         return None
     per_replica = size.per_replica or 1
-    stopped = kills.expected_stops(count, current, kept, per_replica)
+    stopped = kills.expected_stops(count, current, kept, per_replica, least_busy=spec.in_flight is not None)
     if stopped <= QUIET_KILLS or kills.no_busier_than_usual(spec, memory, now, delay, count, current, per_replica):
         return kept, stopped
     return None

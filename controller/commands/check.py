@@ -223,7 +223,9 @@ class RuleCheck:
         if spec.policy.on_scale_in == "kill" and stopped_jobs_miss(spec, size):
             # A ReplicaSet removes pods without knowing which are busy: holding capacity for a job protects only
             # the jobs running when the need fell (docs/benchmarks.md, Kills counted at their share).
-            why += ("; pods killed on scale-in: each replica released still stops its share of the jobs in flight, "
+            held = ("the jobs the least busy pods hold (inFlight)" if spec.in_flight is not None
+                    else "its share of the jobs in flight")
+            why += (f"; pods killed on scale-in: each replica released still stops {held}, "
                     "each a miss of the objective (workers that drain, onScaleIn: drain with a grace period longer "
                     "than a job, stop none)")
         if kills.counts_stops(spec) and size.throughput is not None:

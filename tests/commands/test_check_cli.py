@@ -124,6 +124,11 @@ def test_check_says_when_a_cold_start_cannot_meet_the_wait_objective(azurite: Az
             "pods killed on scale-in: each replica released still stops its share of the jobs in flight, each a miss "
             "of the objective (workers that drain, onScaleIn: drain with a grace period longer than a job, stop "
             f"none){ACCOUNT})") in told, told
+    # Told the pods' in-flight counts, the ReplicaSet removes the least busy: what they hold is what goes.
+    least_busy = write(tmp_path, "least-busy.yaml", text.replace(
+        "serviceTime: 1s, startupTime: 18s}", "serviceTime: 15s, startupTime: 10s}\n  inFlight: {port: in-flight}"))
+    assert ("pods killed on scale-in: each replica released still stops the jobs the least busy pods hold "
+            "(inFlight), each a miss") in run_check(least_busy, "--secrets", secrets, "-o", "wide").stdout
     drained_long = write(tmp_path, "drained-long.yaml", text.replace(
         "serviceTime: 1s, startupTime: 18s}", "serviceTime: 15s, startupTime: 10s, onScaleIn: drain}"))
     assert "pods killed" not in run_check(drained_long, "--secrets", secrets, "-o", "wide").stdout

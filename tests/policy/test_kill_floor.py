@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from dataclasses import replace
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from controller.model.readings import Reason, Recommendation, ScalingMemory
 from controller.simulator.adapters import RuleAutoscaler
 from controller.simulator.run import Contender, Metrics, simulate
 from controller.simulator.scenario import load_scenario
+from controller.simulator.world import least_busy_takes
 from tests.policy_helpers import Run, make_spec
 from tests.sim_helpers import holdout_path
 
@@ -49,6 +51,46 @@ def test_a_scale_in_of_killed_workers_counts_its_share_of_what_is_in_flight() ->
     for action in ("drain", "release"):  # nothing they hold waits out a visibility timeout
         other = make_spec(policy={**RENDERS, "onScaleIn": action})
         assert kills.record_scale_in(other, 8, 10, 5, 2, ScalingMemory(), 100.0) == ScalingMemory()
+
+
+@pytest.mark.parametrize(("pods", "slots", "held", "removed"), [
+    (20, 4, 40, 5), (20, 4, 70, 5), (10, 2, 12, 4), (8, 32, 180, 3), (30, 64, 1200, 10),
+])
+def test_told_the_pods_counts_a_scale_in_stops_what_the_least_busy_hold_as_the_simulator_draws_it(
+    pods: int, slots: int, held: int, removed: int,
+) -> None:
+    # The referee is the simulator's placement model (every placement of so many messages in the slots as likely,
+    # the ReplicaSet removing the pods of fewest): the expectation is within 5 % of the mean of 4,000 draws, and
+    # below the removed pods' share that a blind removal stops.
+    rng = random.Random(7)
+    drawn = sum(least_busy_takes([held], pods, slots, removed, rng)[0] for _ in range(4000)) / 4000
+    told = kills.expected_stops(held, pods, pods - removed, slots, least_busy=True)
+    assert told == pytest.approx(drawn, rel=0.05)
+    assert told < kills.expected_stops(held, pods, pods - removed, slots)
+
+
+def test_the_least_busy_hold_by_hand() -> None:
+    # 1 message on 2 one-slot pods, each taken as busy with the chance 1/2 on its own: the least busy holds one
+    # only when both do, 1/4 (with the total fixed it holds none: the estimate's worst case, still half the blind
+    # share, 1/2).
+    assert kills.least_busy_hold(1.0, pods=2, per_replica=1, removed=1) == pytest.approx(0.25)
+    # 2 slots a pod, 2 of 4 busy (1/2 each): the smallest of 2 binomial(2, 1/2) counts is 0 unless both hold 1 or
+    # more (P = (3/4)^2), and 2 only when both hold 2 (P = (1/4)^2): 9/16 + 1/16 = 10/16.
+    assert kills.least_busy_hold(2.0, pods=2, per_replica=2, removed=1) == pytest.approx(10 / 16)
+    assert kills.least_busy_hold(8.0, pods=4, per_replica=2, removed=3) == 6.0  # every slot busy
+    assert kills.least_busy_hold(0.0, pods=4, per_replica=2, removed=3) == 0.0
+    assert kills.least_busy_hold(3.0, pods=4, per_replica=2, removed=0) == 0.0
+
+
+def test_the_account_of_a_rule_told_the_pods_counts_takes_what_the_least_busy_hold() -> None:
+    spec = make_spec(policy=RENDERS, inFlight={"port": "in-flight"})
+    memory = kills.record_scale_in(spec, count=8, current=10, desired=5, per_replica=2, memory=ScalingMemory(),
+                                   now=100.0)
+    # 8 in flight on 10 pods of 2 slots: the 5 least busy hold about 1.5 of them (1.53 over the simulator's draws),
+    # not the blind share of 4.
+    assert memory.stopped is not None
+    assert memory.stopped[1] == pytest.approx(kills.least_busy_hold(8.0, 10, 2, 5))
+    assert memory.stopped[1] == pytest.approx(1.55, abs=0.01)
 
 
 def test_the_floor_holds_only_once_the_stops_pass_half_a_percent_of_the_messages_completed() -> None:
