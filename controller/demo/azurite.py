@@ -61,9 +61,13 @@ class AzuriteQueueService:
     @property
     def connection_string(self) -> str:
         """A secret in principle (the development key is public, but treat it as any connection string)."""
+        return self.connection_string_via(self.endpoint)
+
+    def connection_string_via(self, endpoint: str) -> str:
+        """The connection string with another queue endpoint (a proxy in front of this one)."""
         return (
             f"DefaultEndpointsProtocol=http;AccountName={self.account};AccountKey={DEV_ACCOUNT_KEY};"
-            f"QueueEndpoint={self.endpoint}"
+            f"QueueEndpoint={endpoint}"
         )
 
     def start(self) -> None:

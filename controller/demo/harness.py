@@ -18,11 +18,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from controller.demo.azurite import AzuriteError, AzuriteQueueService
+from controller.demo.outages import OutageProxy
 from controller.demo.worker import CONNECTION_ENV
 from controller.model.rule import InFlightEndpoint, QueueScaler
 from controller.model.secrets import SecretUnavailable
 from controller.net.http import polling_client
 from controller.reconciler import Reconciler, Reporter, SystemClock
+from controller.simulator.scenario import Outage
 from controller.sources import build_source
 from controller.sources.azure_auth import scrub
 from controller.sources.base import Source, SourceContext
@@ -65,6 +67,7 @@ class LiveHarness:
         self.err = err
         self.azurite: AzuriteQueueService | None = None
         self.target: LocalProcessTarget | None = None
+        self.outage_proxy: OutageProxy | None = None  # between the rule's source and Azurite, when outages are asked
         self.stop = asyncio.Event()  # set by Ctrl-C, SIGTERM, or the run when it is over
         self.interrupted = False
         self._service_client: Any = None
@@ -155,24 +158,40 @@ class LiveHarness:
         return self.target
 
     @contextlib.asynccontextmanager
-    async def reconciling(self, rule: QueueScaler, reporter: Reporter) -> AsyncIterator[float]:
+    async def reconciling(self, rule: QueueScaler, reporter: Reporter,
+                          outages: Sequence[Outage] = ()) -> AsyncIterator[float]:
         """The rule's reconciler scaling the workers from the real azure-queue source, until the block ends; yields
-        the wall-clock time it started. On the way out: the reconciler, the workers and Azurite are stopped."""
+        the wall-clock time it started. `outages`: windows (from that time) when the source's polls fail, through an
+        `OutageProxy` between it and Azurite (the workers still reach Azurite directly). On the way out: the
+        reconciler, the proxy, the workers and Azurite are stopped."""
         assert self.azurite is not None and self.target is not None, "start_queue() and start_workers() first"
-        async with polling_client(timeout=5.0) as http:
-            source: Source = build_source(rule.spec.sources[0], SourceContext(
-                http=http, secrets=DemoSecrets(self.azurite.connection_string), namespace=rule.namespace))
-            reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=reporter)
-            started = time.time()
-            loop_task = asyncio.create_task(reconciler.run(self.stop))
-            try:
-                yield started
-            finally:
-                self.stop.set()
-                await finish(loop_task)
-                await source.aclose()
-                await self.target.aclose()
-                self.azurite.stop()
+        connection = self.azurite.connection_string
+        try:
+            if outages:
+                self.outage_proxy = OutageProxy(f"http://127.0.0.1:{self.azurite.port}", outages)
+                await self.outage_proxy.start()
+                connection = self.azurite.connection_string_via(f"{self.outage_proxy.url}/{self.azurite.account}")
+                print(f"outage proxy for the rule's polls on 127.0.0.1:{self.outage_proxy.port}", file=self.out,
+                      flush=True)
+            async with polling_client(timeout=5.0) as http:
+                source: Source = build_source(rule.spec.sources[0], SourceContext(
+                    http=http, secrets=DemoSecrets(connection), namespace=rule.namespace))
+                reconciler = Reconciler(rule, [source], self.target, SystemClock(), reporter=reporter)
+                started = time.time()
+                if self.outage_proxy is not None:
+                    self.outage_proxy.begin(started)
+                loop_task = asyncio.create_task(reconciler.run(self.stop))
+                try:
+                    yield started
+                finally:
+                    self.stop.set()
+                    await finish(loop_task)
+                    await source.aclose()
+        finally:
+            if self.outage_proxy is not None:
+                await self.outage_proxy.stop()
+            await self.target.aclose()
+            self.azurite.stop()
 
     def processes(self, started: float) -> list[dict[str, object]]:
         """Every worker process the run started, with its times since `started`, for the summary."""

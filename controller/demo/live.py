@@ -3,10 +3,11 @@
 The scenario's arrivals (the simulator's own arrival plan, so both sides see the same arrival times for a seed)
 are sent to a queue on Azurite; worker processes (the local process target running `controller.demo.worker`)
 take the scenario's service-time distribution, concurrency, start-up delay and scale-in behaviour; the operator's
-own `Reconciler` and `policy.decide` scale them from the real azure-queue source's count. The run lasts the
-scenario's duration in real time; then everything is stopped, and the simulator's metrics are measured from what
-happened (controller/demo/measure.py). The same scenario and rule are also simulated, so `demo-summary.json`
-holds both, key by key.
+own `Reconciler` and `policy.decide` scale them from the real azure-queue source's count (through the outage
+proxy, controller/demo/outages.py, where the scenario has outages: its polls then fail as the simulator's do). The
+run lasts the scenario's duration in real time; then everything is stopped, and the simulator's metrics are
+measured from what happened (controller/demo/measure.py). The same scenario and rule are also simulated, so
+`demo-summary.json` holds both, key by key.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -35,6 +36,7 @@ from controller.demo.harness import (
     finish,
 )
 from controller.demo.measure import Delivery, Lifetime, LiveRecord, SentMessage, measure, service_times
+from controller.demo.outages import AZURE_ERRORS, unknown_codes
 from controller.model.fields import SecretKeyRef
 from controller.model.rule import QueueScaler
 from controller.model.sources.azure_queue import AzureQueueSource
@@ -82,7 +84,21 @@ def load_inputs(options: ScenarioDemoOptions) -> tuple[Scenario, QueueScaler]:
         raise InputError(exc.lines) from None
     if len(rules) != 1:
         raise InputError([f"{options.policy}: holds {len(rules)} rules; a live run takes one"])
+    problems = outage_problems(scenario, options.scenario)
+    if problems:
+        raise InputError(problems)
     return scenario, live_rule(rules[0], options.policy or "the default rule")
+
+
+def outage_problems(scenario: Scenario, where: str) -> list[str]:
+    """Why the live run cannot fail the rule's polls as the scenario's outages say (none: it can)."""
+    if not scenario.outages:
+        return []
+    if len(scenario.all_queues) > 1:
+        return [f"{where}: queues[].outages: a live run polls one queue, so it honours the outages of a one-queue "
+                f"scenario only; '{scenario.name}' has {len(scenario.all_queues)} queues"]
+    return [f"{where}: outages[].code: a live run answers the rule's polls as Azure does, and knows no answer for "
+            f"{code} (it knows {', '.join(AZURE_ERRORS)})" for code in unknown_codes([o for _, o in scenario.outages])]
 
 
 def live_rule(rule: QueueScaler, where: str) -> QueueScaler:
@@ -258,7 +274,8 @@ class ScenarioDemo:
         if workers.initial_replicas:
             await self._start_initial(target, workers.initial_replicas, stop)
         remaining: int | None = None
-        async with harness.reconciling(rule, _Reporter(run, self.out)) as started:
+        outages = [outage for _, outage in scenario.outages]
+        async with harness.reconciling(rule, _Reporter(run, self.out), outages) as started:
             run.start = started
             tasks = [
                 asyncio.create_task(self._send(queue, schedule, run, stop)),
@@ -305,6 +322,8 @@ class ScenarioDemo:
             "simulated_spread": spread,
             "simulated_with_live_jobs": with_live_jobs,
             "azurite": {"pid": harness.azurite.pid, "address": f"127.0.0.1:{harness.azurite.port}"},
+            **({} if harness.outage_proxy is None else {"outage_proxy": {
+                "address": f"127.0.0.1:{harness.outage_proxy.port}", **asdict(harness.outage_proxy.counts)}}),
             "worker_processes": processes,
             "scale_events": run.scale_events,
         }

@@ -25,7 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from controller.simulator.run import BurstReaction, Metrics, needed_replicas
+from controller.simulator.run import BurstReaction, Metrics, needed_replicas, outage_reports
 from controller.simulator.scenario import ArrivalPlan, Scenario
 
 
@@ -205,6 +205,8 @@ def measure(record: LiveRecord, scenario: Scenario, plan: ArrivalPlan) -> Metric
     reactions = _burst_reactions(record, scenario, plan, actions)
     outs = [r.first_scale_out for r in reactions if r.first_scale_out is not None]
     caps = [r.enough_capacity for r in reactions if r.enough_capacity is not None]
+    # The replicas set during each outage, as the simulator reports them (it acts at whole seconds).
+    outages = outage_reports(scenario, record.initial_replicas, [(math.floor(t), b, a) for t, b, a in actions])
     return Metrics(
         worker_seconds=round(worker_seconds, 1),
         busy_worker_seconds=round(busy, 3),
@@ -230,6 +232,9 @@ def measure(record: LiveRecord, scenario: Scenario, plan: ArrivalPlan) -> Metric
         burst_enough_capacity_mean=round(sum(caps) / len(caps), 1) if caps else None,
         bursts_short_of_capacity=sum(1 for r in reactions if r.enough_capacity is None),
         bursts=tuple(reactions),
+        outage_replicas_min=min((o.replicas_min for o in outages), default=None),
+        outage_replicas_max=max((o.replicas_max for o in outages), default=None),
+        outages=outages,
     )
 
 

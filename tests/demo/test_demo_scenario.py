@@ -130,3 +130,26 @@ def test_policy_without_a_scenario_is_a_usage_error(tmp_path: Path) -> None:
     done = demo(tmp_path, "--policy", "rule.yaml", "--out", str(tmp_path / "out"))
     assert done.returncode == 2
     assert "--policy goes with --scenario" in done.stderr
+
+
+def test_a_scenarios_outage_fails_the_rules_polls_live_and_not_the_workers(tmp_path: Path) -> None:
+    # The polls at 8, 10 and 12 s fall in the window (the reconciler polls every 2 s from 0); the workers and the
+    # senders reach Azurite directly, so every message is still sent and worked on.
+    scenario, rule, out = tmp_path / "outage.yaml", tmp_path / "rule.yaml", tmp_path / "out"
+    scenario.write_text(SCENARIO + "outages:\n  - {start: 7s, end: 13s, code: ServerBusy}\n")
+    rule.write_text(RULE)
+    done = demo(tmp_path, "--scenario", str(scenario), "--policy", str(rule), "--out", str(out), "--no-live")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+    summary = json.loads((out / "demo-summary.json").read_text())
+    proxy = summary["outage_proxy"]
+    assert proxy["address"].startswith("127.0.0.1:") and proxy["errors"] >= 3 and proxy["forwarded"] >= 5
+    failed = [line for line in done.stdout.splitlines() if line.startswith("+") and "PollFailed" in line]
+    times = [float(line.split("s", 1)[0].lstrip("+")) for line in failed]
+    assert times and all(7 <= t < 13 + 5 for t in times), failed  # a failed poll ends within its budget
+    assert any("ServerBusy" in line for line in failed), failed
+    [live] = summary["outages"]
+    assert (live["start"], live["end"], live["failure"]) == (7.0, 13.0, "error ServerBusy")
+    assert summary["simulated"]["outages"][0]["failure"] == "error ServerBusy"
+    assert summary["messages_processed"] == summary["messages_arrived"] == 25
+    assert [pid for pid in started_pids(summary) if alive(pid)] == [], "every process started was stopped"
