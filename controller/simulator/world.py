@@ -269,28 +269,19 @@ class World:
         The share is taken in whole messages by systematic sampling from a random start: each group gives its share
         rounded up or down, and the total is the exact share rounded at random (up with probability equal to its
         fraction). Rounded down, as it once was, removing 1 of 7 pods with 6 messages in flight never took any.
-        `exactly`: this many messages instead (what the least busy pods hold), the last taken first: a pod among
-        the least busy has finished most of the jobs it took, and of those, the last taken are the likeliest still
-        running (live, fidelity-least-busy: the messages such scale-ins stopped had waited less than an even share
-        of every group would have; p99 49.35 s live, 53 .. 67 s simulated so, 49 .. 86 s so)."""
-        taken: dict[int, list[InFlight]] = {}
+        `exactly`: this many messages instead (what the least busy pods hold), spread over the groups the same way
+        (the running total then ends on it, whatever the random start)."""
         if exactly is not None:
-            wanted = {id(group): 0 for groups in self.in_flight.values() for group in groups}
-            left = exactly
-            for group in sorted((g for groups in self.in_flight.values() for g in groups), key=lambda g: -g[1]):
-                wanted[id(group)] = min(left, group[0])
-                left -= wanted[id(group)]
+            fraction = exactly / self.in_flight_active if self.in_flight_active else 0.0
         else:
             fraction = pods / self.ready
-            carry = self.scale_in_rng.random()
+        taken: dict[int, list[InFlight]] = {}
+        carry = self.scale_in_rng.random()
         for step in sorted(self.in_flight):
             for group in self.in_flight[step]:
-                if exactly is not None:
-                    n = wanted[id(group)]
-                else:
-                    exact = group[0] * fraction + carry
-                    n = int(exact + 1e-9)
-                    carry = exact - n
+                exact = group[0] * fraction + carry
+                n = int(exact + 1e-9)
+                carry = exact - n
                 if n:
                     group[0] -= n
                     taken.setdefault(step, []).append([n, *group[1:]])

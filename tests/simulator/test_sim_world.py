@@ -370,27 +370,3 @@ def test_many_messages_taken_at_once_each_outlast_the_visibility_timeout_on_thei
     assert world.tally.duplicates == 20
     _steps(world, 40, 100)
     assert (world.tally.duplicates, world.tally.processed, world.approximate_count) == (60, 0, 20)
-
-
-def test_the_least_busy_pods_removed_hold_the_messages_taken_last() -> None:
-    # A pod's busy slots are the jobs it has not finished, and of those it took, the last taken are the likeliest
-    # still running; a pod among the least busy has finished most of its own, so what it still holds was taken
-    # late. Live (benchmarks/scenarios/fidelity/fidelity-least-busy.yaml) the messages such scale-ins stopped had
-    # waited less than the ready pods' average share: p99 49.35 s live, 53 .. 67 s simulated given the live jobs
-    # with the share spread over every in-flight group, 49 .. 86 s (median 54) taking the last taken first.
-    workers = Workers(startup_delay=100, service_time=ServiceTime("constant", 1000.0), scale_in="kill",
-                      concurrency=4)
-    world = World(QueueParams(visibility_timeout=3000), workers, workers.service_time.table(16), seed=1)
-    world.set_desired(3, -100)
-    world.put(0, 4)
-    for t in range(5):
-        world.step(t)
-    world.put(5, 4)
-    world.step(5)
-    assert (world.ready, world.in_flight_count) == (3, 8)
-    world.set_desired(2, 6, least_busy=True)
-    # 8 messages in 12 slots: the least busy pod holds 0 to 2; what it holds is of those taken at 5 (back when
-    # their visibility timeout ends, at 3005), none of those taken at 0 (3000).
-    stopped = [(visible_at, cohort.count) for visible_at, _, cohort in world.pending]
-    assert stopped and {visible_at for visible_at, _ in stopped} == {3005}
-    assert sum(n for _, n in stopped) == 8 - world.in_flight_count
