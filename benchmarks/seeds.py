@@ -4,11 +4,11 @@ benchmarks/policy_suite.py runs every scenario once, with the seed its file stat
 the objective, or a KEDA setting picked as the cheapest meeting it, may then be the luck of that seed. This runs
 each scenario again with other seeds (seed + 1000 k, k = 0 .. --seeds - 1; k = 0 is the suite's own run): same
 shape, other arrivals and service times. For each it counts the seeds on which queuescale meets the objective, told
-serviceTime x1, x0.5 and x2, and on which the KEDA setting the suite picked (tuned on seed k = 0) still meets it;
-and it sets queuescale's worker-seconds against KEDA tuned again on each seed (the cheapest setting of the same
-sweep meeting the objective on that seed: an oracle per seed, more than anyone tuning by hand could do) and against
-the cheapest setting meeting it on every seed (what a user tuning by hand, for every day and not one, would pick),
-worker-seconds summed over the seeds.
+serviceTime x1, x0.5 and x2, and told the pods' in-flight counts (`inFlight`), and on which the KEDA setting the
+suite picked (tuned on seed k = 0) still meets it; and it sets queuescale's worker-seconds against KEDA tuned again
+on each seed (the cheapest setting of the same sweep meeting the objective on that seed: an oracle per seed, more
+than anyone tuning by hand could do) and against the cheapest setting meeting it on every seed (what a user tuning
+by hand, for every day and not one, would pick), worker-seconds summed over the seeds.
 
     .venv/bin/python -m benchmarks.seeds [--seeds 5] [--scenario NAME ...] [--jobs 2] [--markdown docs/seeds.md]
         [--store DIR]
@@ -36,6 +36,7 @@ from pathlib import Path
 
 from benchmarks.policy_suite import (
     HOLDOUT,
+    IN_FLIGHT_LABEL,
     ROOT,
     SERVICE_TIME_FACTORS,
     contenders,
@@ -56,13 +57,14 @@ def seeded(scenario: Scenario, k: int) -> Scenario:
 
 @dataclass(frozen=True)
 class SeedRun:
-    """One seed of one scenario: queuescale's p99 told serviceTime x each factor, its worker-seconds (x1), and
-    each KEDA setting's (p99, worker-seconds)."""
+    """One seed of one scenario: queuescale's p99 told serviceTime x each factor, its worker-seconds (x1), each
+    KEDA setting's (p99, worker-seconds), and queuescale's p99 told the pods' in-flight counts (None: not run)."""
 
     k: int
     ours: dict[float, float]  # serviceTime factor -> p99 wait
     ours_worker_seconds: float
     keda: dict[str, tuple[float, float]]  # label -> (p99 wait, worker-seconds)
+    in_flight: float | None = None
 
 
 def run_seed(name: str, k: int) -> SeedRun:
@@ -70,7 +72,7 @@ def run_seed(name: str, k: int) -> SeedRun:
     results = {r.label: r.metrics for r in simulate(scenario, contenders(scenario, SERVICE_TIME_FACTORS))}
     ours = {f: results[ours_label(f)].wait_p99 for f in (1.0, *SERVICE_TIME_FACTORS)}
     keda = {label: (m.wait_p99, m.worker_seconds) for label, m in results.items() if label.startswith("keda-")}
-    return SeedRun(k, ours, results["queuescale"].worker_seconds, keda)
+    return SeedRun(k, ours, results["queuescale"].worker_seconds, keda, results[IN_FLIGHT_LABEL].wait_p99)
 
 
 def code_digest() -> str:
@@ -104,11 +106,12 @@ class Store:
         if stored.get("digest") != self.digest or stored.get("scenario") != self._scenario_text(name):
             return None
         return SeedRun(k, {float(f): p99 for f, p99 in stored["ours"].items()}, stored["ours_worker_seconds"],
-                       {label: (p99, cost) for label, (p99, cost) in stored["keda"].items()})
+                       {label: (p99, cost) for label, (p99, cost) in stored["keda"].items()}, stored.get("in_flight"))
 
     def save(self, name: str, run: SeedRun) -> None:
         text = json.dumps({"digest": self.digest, "scenario": self._scenario_text(name), "ours": run.ours,
-                           "ours_worker_seconds": run.ours_worker_seconds, "keda": run.keda})
+                           "ours_worker_seconds": run.ours_worker_seconds, "keda": run.keda,
+                           "in_flight": run.in_flight})
         path = self._path(name, run.k)
         temporary = path.with_suffix(".part")
         temporary.write_text(text)
@@ -155,6 +158,7 @@ class Spread:
     ratios: tuple[float, ...]  # ours / KEDA re-tuned, on the seeds where some setting meets it
     steady: str | None  # the cheapest KEDA setting (over all the seeds) meeting the SLO on every seed
     steady_ratio: float | None  # ours / that setting, worker-seconds summed over the seeds
+    in_flight_met: int | None = None  # seeds on which queuescale told `inFlight` meets it (None: not run on all)
 
 
 def spread(name: str, slo: float, runs: Sequence[SeedRun]) -> Spread:
@@ -179,10 +183,13 @@ def spread(name: str, slo: float, runs: Sequence[SeedRun]) -> Spread:
         setting_met=0 if setting is None else sum(r.keda[setting][0] <= slo for r in runs),
         keda_met=sum(tuned(r, slo) is not None for r in runs),
         ratios=tuple(ratios), steady=steady, steady_ratio=steady_ratio,
+        in_flight_met=(None if any(r.in_flight is None for r in runs)
+                       else sum(r.in_flight is not None and r.in_flight <= slo for r in runs)),
     )
 
 
-HEADER = ("scenario", "SLO s", "ours meets (x1 / x0.5 / x2)", "our p99 s at x1", "KEDA tuned on seed 0 meets",
+HEADER = ("scenario", "SLO s", "ours meets (x1 / x0.5 / x2)", "our p99 s at x1", "ours told inFlight meets",
+          "KEDA tuned on seed 0 meets",
           "ours / KEDA re-tuned per seed", "ours / the cheapest KEDA meeting it on every seed")
 
 
@@ -199,13 +206,17 @@ def cells(s: Spread) -> tuple[str, ...]:
             ratio += f" on the {len(s.ratios)} seeds some setting meets"
     steady = ("no setting meets on every seed" if s.steady is None or s.steady_ratio is None
               else f"{s.steady_ratio:.2f}x ({keda_setting(s.steady)})")
-    return s.scenario, f"{s.slo:g}", met, p99, setting, ratio, steady
+    in_flight = "not run" if s.in_flight_met is None else f"{s.in_flight_met}/{s.seeds}"
+    return s.scenario, f"{s.slo:g}", met, p99, in_flight, setting, ratio, steady
 
 
 def totals(spreads: Sequence[Spread]) -> str:
     runs = sum(s.seeds for s in spreads)
     met = " / ".join(f"{sum(s.met[f] for s in spreads)}" for f in spreads[0].met)
-    return f"queuescale meets the objective in {met} of {runs} runs (serviceTime x1 / x0.5 / x2)"
+    told = [s.in_flight_met for s in spreads]
+    in_flight = ("" if any(m is None for m in told)
+                 else f"; told the pods' in-flight counts, in {sum(m for m in told if m is not None)}")
+    return f"queuescale meets the objective in {met} of {runs} runs (serviceTime x1 / x0.5 / x2){in_flight}"
 
 
 def markdown(spreads: Sequence[Spread]) -> str:
@@ -245,7 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "",
             "Produced by:",
             "",
-            f"    .venv/bin/python -m benchmarks.seeds --seeds {args.seeds} --markdown {args.markdown}",
+            f"    .venv/bin/python -m benchmarks.seeds --seeds {args.seeds}"
+            + "".join(f" --scenario {n}" for n in args.scenario or []) + f" --markdown {args.markdown}",
             "",
             f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, in "
             f"{elapsed:.0f} s with {args.jobs} processes. Each scenario of [benchmarks.md](benchmarks.md) run "

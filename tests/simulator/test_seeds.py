@@ -47,11 +47,14 @@ def test_seed_zero_is_the_scenarios_own_and_the_others_draw_again() -> None:
 def test_the_spread_counts_the_objective_met_at_the_slo_and_tunes_keda_on_seed_zero() -> None:
     runs = [
         # Seed 0: ql5 is the cheapest KEDA setting meeting 60 s, so it is the one tuned.
-        SeedRun(0, {1.0: 60.0, 0.5: 75.0, 2.0: 20.0}, 80.0, {"keda-5": (60.0, 100.0), "keda-20": (90.0, 50.0)}),
+        SeedRun(0, {1.0: 60.0, 0.5: 75.0, 2.0: 20.0}, 80.0, {"keda-5": (60.0, 100.0), "keda-20": (90.0, 50.0)},
+                in_flight=59.0),
         # Seed 1: ql5 misses; ql20 meets and is the one re-tuned for this seed.
-        SeedRun(1, {1.0: 61.0, 0.5: 59.0, 2.0: 21.0}, 90.0, {"keda-5": (61.0, 100.0), "keda-20": (55.0, 60.0)}),
+        SeedRun(1, {1.0: 61.0, 0.5: 59.0, 2.0: 21.0}, 90.0, {"keda-5": (61.0, 100.0), "keda-20": (55.0, 60.0)},
+                in_flight=60.0),
         # Seed 2: no setting meets.
-        SeedRun(2, {1.0: 40.0, 0.5: 70.0, 2.0: 22.0}, 70.0, {"keda-5": (80.0, 100.0), "keda-20": (99.0, 50.0)}),
+        SeedRun(2, {1.0: 40.0, 0.5: 70.0, 2.0: 22.0}, 70.0, {"keda-5": (80.0, 100.0), "keda-20": (99.0, 50.0)},
+                in_flight=60.5),
     ]
     s = spread("x", 60.0, list(reversed(runs)))  # the order the processes return in does not matter
     assert s.met == {1.0: 2, 0.5: 1, 2.0: 3}
@@ -59,7 +62,8 @@ def test_the_spread_counts_the_objective_met_at_the_slo_and_tunes_keda_on_seed_z
     assert (s.setting, s.setting_met, s.keda_met) == ("keda-5", 1, 2)
     assert s.ratios == (0.8, 1.5)  # 80 / 100 on seed 0, 90 / 60 on seed 1; seed 2 has nothing to compare
     assert s.steady is None  # no setting meets on seed 2
-    assert cells(s) == ("x", "60", "2/3 / 1/3 / 3/3", "40-61", "1/3 (queueLength 5)",
+    assert s.in_flight_met == 2  # 59 and 60 meet 60 s; 60.5 does not
+    assert cells(s) == ("x", "60", "2/3 / 1/3 / 3/3", "40-61", "2/3", "1/3 (queueLength 5)",
                         "1.15x (0.80-1.50) on the 2 seeds some setting meets", "no setting meets on every seed")
     # Without seed 2, ql20 misses on seed 0 and ql5 on seed 1: still none meets on both.
     assert spread("x", 60.0, runs[:2]).steady is None
@@ -67,19 +71,24 @@ def test_the_spread_counts_the_objective_met_at_the_slo_and_tunes_keda_on_seed_z
     both = spread("x", 61.0, runs[:2])
     assert (both.steady, both.steady_ratio) == ("keda-5", 0.85)
     assert cells(both)[-1] == "0.85x (queueLength 5)"
-    assert totals([s, s]) == "queuescale meets the objective in 4 / 2 / 6 of 6 runs (serviceTime x1 / x0.5 / x2)"
+    assert totals([s, s]) == ("queuescale meets the objective in 4 / 2 / 6 of 6 runs (serviceTime x1 / x0.5 / x2); "
+                              "told the pods' in-flight counts, in 4")
 
 
 def test_a_scenario_no_keda_setting_meets_says_so() -> None:
     runs = [SeedRun(k, {1.0: 100.0}, 10.0, {"keda-5": (200.0, 5.0)}) for k in range(2)]
     s = spread("y", 120.0, runs)
     assert tuned(runs[0], 120.0) is None
-    assert cells(s)[2:] == ("2/2", "100", "no setting meets", "no setting meets on any seed",
+    assert cells(s)[2:] == ("2/2", "100", "not run", "no setting meets", "no setting meets on any seed",
                             "no setting meets on every seed")
+    # A seed stored before the in-flight run was kept has none: the count is not made up from the others.
+    assert s.in_flight_met is None
+    assert totals([s]).endswith("of 2 runs (serviceTime x1 / x0.5 / x2)")
 
 
 def test_a_stored_seed_is_taken_instead_of_run_and_only_for_the_code_it_was_made_with(tmp_path: Path) -> None:
-    run = SeedRun(3, {1.0: 12.0, 0.5: 30.0, 2.0: 8.0}, 4321.5, {"keda-5": (9.0, 5000.0), "keda-20-10s": (40.0, 3000.0)})
+    run = SeedRun(3, {1.0: 12.0, 0.5: 30.0, 2.0: 8.0}, 4321.5, {"keda-5": (9.0, 5000.0), "keda-20-10s": (40.0, 3000.0)},
+                  11.0)
     Store(tmp_path, "digest-a").save("no-such-scenario", run)
     assert Store(tmp_path, "digest-a").load("no-such-scenario", 3) == run  # JSON's string keys read back as factors
     assert Store(tmp_path, "digest-b").load("no-such-scenario", 3) is None  # another policy: run it again
