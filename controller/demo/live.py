@@ -84,19 +84,28 @@ def load_inputs(options: ScenarioDemoOptions) -> tuple[Scenario, QueueScaler]:
         raise InputError(exc.lines) from None
     if len(rules) != 1:
         raise InputError([f"{options.policy}: holds {len(rules)} rules; a live run takes one"])
-    problems = outage_problems(scenario, options.scenario)
+    problems = queue_problems(scenario, options.scenario) or outage_problems(scenario, options.scenario)
     if problems:
         raise InputError(problems)
     return scenario, live_rule(rules[0], options.policy or "the default rule")
+
+
+def queue_problems(scenario: Scenario, where: str) -> list[str]:
+    """Why the live run cannot send the scenario's arrivals as it states them (none: it can). It has one queue on
+    Azurite: the arrivals of several queues would go to it together, and what ran would not be the scenario
+    simulated beside it, whose pods share out their slots between the queues."""
+    queues = scenario.all_queues
+    if len(queues) <= 1:
+        return []
+    return [f"{where}: queues: a live run sends to one queue on Azurite and reads it with one source; "
+            f"'{scenario.name}' has {len(queues)} ({', '.join(q.name for q in queues)}): simulate it "
+            "(queuescale simulate), or run a scenario of one queue live"]
 
 
 def outage_problems(scenario: Scenario, where: str) -> list[str]:
     """Why the live run cannot fail the rule's polls as the scenario's outages say (none: it can)."""
     if not scenario.outages:
         return []
-    if len(scenario.all_queues) > 1:
-        return [f"{where}: queues[].outages: a live run polls one queue, so it honours the outages of a one-queue "
-                f"scenario only; '{scenario.name}' has {len(scenario.all_queues)} queues"]
     return [f"{where}: outages[].code: a live run answers the rule's polls as Azure does, and knows no answer for "
             f"{code} (it knows {', '.join(AZURE_ERRORS)})" for code in unknown_codes([o for _, o in scenario.outages])]
 

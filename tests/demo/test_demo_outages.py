@@ -166,11 +166,20 @@ def test_an_error_code_azure_does_not_send_is_refused() -> None:
         OutageProxy("http://127.0.0.1:1", [Outage(1.0, 2.0, code="NoSuchCode")])
 
 
-def test_a_live_run_refuses_outages_it_cannot_honour_naming_the_field(tmp_path: Path) -> None:
+def test_a_live_run_refuses_what_it_cannot_honour_naming_the_field(tmp_path: Path) -> None:
     rule = str(ROOT / "benchmarks" / "scenarios" / "fidelity" / "rule.yaml")
+    # checkout-outage has two queues (and outages on both): one queue on Azurite would take all their arrivals
+    # under a rule of one source, and what ran would not be what is simulated beside it.
     checkout = str(ROOT / "controller" / "simulator" / "scenarios" / "checkout-outage.yaml")
-    with pytest.raises(InputError, match=r"queues\[\]\.outages: a live run polls one queue"):
+    with pytest.raises(InputError, match=r"checkout-outage.yaml: queues: a live run sends to one queue .* has 2 "
+                                         r"\(orders, refunds\)"):
         load_inputs(ScenarioDemoOptions(scenario=checkout, policy=rule))
+    # Without its outages too: until 2026-12-04 their arrivals went to one queue without a word.
+    calm = tmp_path / "calm.yaml"
+    calm.write_text("\n".join(line for line in Path(checkout).read_text().splitlines()
+                              if "outages:" not in line and "{start:" not in line))
+    with pytest.raises(InputError, match=r"calm.yaml: queues: .* has 2 \(orders, refunds\): simulate it"):
+        load_inputs(ScenarioDemoOptions(scenario=str(calm), policy=rule))
     text = (ROOT / "benchmarks" / "scenarios" / "fidelity" / "fidelity-outage.yaml").read_text()
     odd = tmp_path / "odd.yaml"
     odd.write_text(text.replace("code: ServerBusy", "code: Throttled"))
