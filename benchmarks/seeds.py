@@ -11,7 +11,10 @@ than anyone tuning by hand could do) and against the cheapest setting meeting it
 by hand, for every day and not one, would pick), worker-seconds summed over the seeds.
 
     .venv/bin/python -m benchmarks.seeds [--seeds 5] [--scenario NAME ...] [--jobs 2] [--markdown docs/seeds.md]
-        [--store DIR]
+        [--store DIR] [--ours-only]
+
+--ours-only runs queuescale's rule alone (told x1, x0.5, x2 and inFlight), without the KEDA sweep: the columns of
+KEDA then say so, and a policy change can be judged over seeds in minutes.
 
 A full run takes hours; with --store each seed's result is written to DIR as it finishes, and a run started again
 with the same DIR takes what is there instead of running it again, so a run cut off loses only the seeds under way.
@@ -67,9 +70,12 @@ class SeedRun:
     in_flight: float | None = None
 
 
-def run_seed(name: str, k: int) -> SeedRun:
+def run_seed(name: str, k: int, ours_only: bool = False) -> SeedRun:
+    """Seed k of the scenario, every contender of the suite (`ours_only`: queuescale's alone, no KEDA sweep)."""
     scenario = seeded(named_scenario(name), k)
-    results = {r.label: r.metrics for r in simulate(scenario, contenders(scenario, SERVICE_TIME_FACTORS))}
+    runners = [c for c in contenders(scenario, SERVICE_TIME_FACTORS)
+               if not (ours_only and c.label.startswith("keda-"))]
+    results = {r.label: r.metrics for r in simulate(scenario, runners)}
     ours = {f: results[ours_label(f)].wait_p99 for f in (1.0, *SERVICE_TIME_FACTORS)}
     keda = {label: (m.wait_p99, m.worker_seconds) for label, m in results.items() if label.startswith("keda-")}
     return SeedRun(k, ours, results["queuescale"].worker_seconds, keda, results[IN_FLIGHT_LABEL].wait_p99)
@@ -118,7 +124,8 @@ class Store:
         temporary.replace(path)  # a run cut off mid-write leaves no half file behind
 
 
-def run_all(tasks: Sequence[tuple[str, int]], jobs: int, store: Store | None) -> dict[tuple[str, int], SeedRun]:
+def run_all(tasks: Sequence[tuple[str, int]], jobs: int, store: Store | None,
+            ours_only: bool = False) -> dict[tuple[str, int], SeedRun]:
     """Every (scenario, seed) of `tasks`: from the store where it holds them, run in `jobs` processes otherwise."""
     done: dict[tuple[str, int], SeedRun] = {}
     if store is not None:
@@ -128,7 +135,7 @@ def run_all(tasks: Sequence[tuple[str, int]], jobs: int, store: Store | None) ->
                 done[(name, k)] = stored
     left = [task for task in tasks if task not in done]
     with ProcessPoolExecutor(max_workers=jobs) as pool:
-        futures = {pool.submit(run_seed, name, k): (name, k) for name, k in left}
+        futures = {pool.submit(run_seed, name, k, ours_only): (name, k) for name, k in left}
         for future in as_completed(futures):
             name, k = futures[future]
             done[(name, k)] = future.result()
@@ -159,6 +166,7 @@ class Spread:
     steady: str | None  # the cheapest KEDA setting (over all the seeds) meeting the SLO on every seed
     steady_ratio: float | None  # ours / that setting, worker-seconds summed over the seeds
     in_flight_met: int | None = None  # seeds on which queuescale told `inFlight` meets it (None: not run on all)
+    keda_run: bool = True  # False: no KEDA setting was run (--ours-only)
 
 
 def spread(name: str, slo: float, runs: Sequence[SeedRun]) -> Spread:
@@ -185,6 +193,7 @@ def spread(name: str, slo: float, runs: Sequence[SeedRun]) -> Spread:
         ratios=tuple(ratios), steady=steady, steady_ratio=steady_ratio,
         in_flight_met=(None if any(r.in_flight is None for r in runs)
                        else sum(r.in_flight is not None and r.in_flight <= slo for r in runs)),
+        keda_run=any(r.keda for r in runs),
     )
 
 
@@ -207,6 +216,8 @@ def cells(s: Spread) -> tuple[str, ...]:
     steady = ("no setting meets on every seed" if s.steady is None or s.steady_ratio is None
               else f"{s.steady_ratio:.2f}x ({keda_setting(s.steady)})")
     in_flight = "not run" if s.in_flight_met is None else f"{s.in_flight_met}/{s.seeds}"
+    if not s.keda_run:
+        return s.scenario, f"{s.slo:g}", met, p99, in_flight, "KEDA not run", "KEDA not run", "KEDA not run"
     return s.scenario, f"{s.slo:g}", met, p99, in_flight, setting, ratio, steady
 
 
@@ -232,6 +243,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     parser.add_argument("--markdown", type=Path, help="write the table to this Markdown file")
     parser.add_argument("--store", type=Path, help="keep each finished seed here, and take what is here already")
+    parser.add_argument("--ours-only", action="store_true",
+                        help="queuescale's runs alone (x1, x0.5, x2, inFlight), without the KEDA sweep: minutes, "
+                             "not hours, to see what a policy change does over seeds")
     args = parser.parse_args(argv)
     names = args.scenario or [*sorted(library()), *(str(p.relative_to(ROOT)) for p in HOLDOUT)]
     started = time.perf_counter()
@@ -239,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Longest first: a long scenario started last keeps one process busy while the others idle.
     scenarios = {name: named_scenario(name) for name in names}
     tasks.sort(key=lambda task: -scenarios[task[0]].duration)
-    done = run_all(tasks, args.jobs, None if args.store is None else Store(args.store, code_digest()))
+    digest = code_digest() + ("-ours-only" if args.ours_only else "")  # a stored run of ours alone has no KEDA
+    done = run_all(tasks, args.jobs, None if args.store is None else Store(args.store, digest), args.ours_only)
     by_name: dict[str, list[SeedRun]] = {}
     for task in tasks:
         by_name.setdefault(task[0], []).append(done[task])
@@ -257,7 +272,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Produced by:",
             "",
             f"    .venv/bin/python -m benchmarks.seeds --seeds {args.seeds}"
-            + "".join(f" --scenario {n}" for n in args.scenario or []) + f" --markdown {args.markdown}",
+            + "".join(f" --scenario {n}" for n in args.scenario or []) + (" --ours-only" if args.ours_only else "")
+            + f" --markdown {args.markdown}",
             "",
             f"on {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, in "
             f"{elapsed:.0f} s with {args.jobs} processes. Each scenario of [benchmarks.md](benchmarks.md) run "

@@ -118,3 +118,17 @@ def test_the_code_digest_moves_with_the_policy_source(tmp_path: Path, monkeypatc
     assert code_digest() == before
     (tmp_path / "controller" / "policy.py").write_text("X = 2\n")
     assert code_digest() != before
+
+
+def test_ours_only_runs_no_keda_setting_and_says_so_instead_of_no_setting_meets(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    scenario = small_scenario(seed=3, duration=900, arrivals=[{"type": "poisson", "rate": 0.5}],
+                              workers={"startupDelay": 10, "serviceTime": {"distribution": "exponential", "mean": 2},
+                                       "concurrency": 1, "maxReplicas": 5})
+    monkeypatch.setattr(seeds, "named_scenario", lambda _name: scenario)
+    alone = seeds.run_seed("small", 0, ours_only=True)
+    full = seeds.run_seed("small", 0)
+    assert alone.keda == {} and full.keda  # the sweep ran only without --ours-only
+    assert (alone.ours, alone.in_flight) == (full.ours, full.in_flight)  # ours are the same runs either way
+    s = spread("small", 30.0, [alone])
+    assert cells(s)[-3:] == ("KEDA not run",) * 3
