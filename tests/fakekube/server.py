@@ -153,6 +153,11 @@ class _Server(ThreadingHTTPServer):
                     socket.socket.shutdown(conn, socket.SHUT_RDWR)
 
 
+class WorkloadControllerError(AssertionError):
+    """The fake's workload controller failed to make pods (a pod hook, the test's code, raised): raised by
+    FakeKube.stop, so that the test fails and says why."""
+
+
 class FakeKube:
     """The fake API server. Everything a test sees goes through HTTP; the helpers below read the same store."""
 
@@ -222,6 +227,9 @@ class FakeKube:
             self._thread.join(timeout=5)
         self.controller.join()
         self.namespaces.join()
+        if self.controller.failures:
+            raise WorkloadControllerError("the fake's workload controller failed, so some pods were never made:\n  "
+                               + "\n  ".join(self.controller.failures))
 
     def __enter__(self) -> FakeKube:
         return self.start()
@@ -527,6 +535,7 @@ class _WorkloadController:
         self.pods_due: dict[tuple[str, str], float] = {}  # (namespace, pod) -> when it turns ready
         self.pending: set[_WorkloadKey] = set()  # workloads to sync again after a change to one of their pods
         self._acting = False  # set while the controller writes: its own writes are not observed again
+        self.failures: list[str] = []  # what the pod hook (a test's code) raised, for FakeKube.stop to report
 
     def set_delay(self, seconds: float | None) -> None:
         with self.store.lock:
@@ -598,7 +607,8 @@ class _WorkloadController:
             owned = self.owned_pods(workload)
             wanted = int((workload.get("spec") or {}).get("replicas", 1))
             for _ in range(wanted - len(owned)):
-                self._start_pod(rt, workload)
+                if not self._start_pod(rt, workload):
+                    break  # as slowStartBatch stops at a failed create; the next sync tries again
             if len(owned) > wanted:
                 now = dt.datetime.now(dt.UTC)
                 for pod in fake_pods.pods_to_delete(owned, owned, len(owned) - wanted, now):
@@ -614,9 +624,12 @@ class _WorkloadController:
         finally:
             self._acting = acting
 
-    def _start_pod(self, rt: ResourceType, workload: Obj) -> None:
+    def _start_pod(self, rt: ResourceType, workload: Obj) -> bool:
         """Create one pod of the workload as the ReplicaSet controller does, then report it running as the kubelet
-        does; the test's pod hook may edit it first."""
+        does; the test's pod hook may edit it first. A hook that raises is a failed create (False): no pod, a
+        FailedCreate event on the workload as the ReplicaSet controller writes one, and the error kept for
+        FakeKube.stop, so that a test's mistake fails the test instead of killing the controller's thread (which
+        left the test waiting for pods that never came)."""
         namespace = workload["metadata"].get("namespace", "")
         prefix, pod = fake_pods.pod_for(workload, rt.kind, rt.api_version)
         name = prefix + fake_pods.random_suffix()
@@ -626,7 +639,11 @@ class _WorkloadController:
         ready = self.delay == 0
         pod["status"] = fake_pods.running_status(pod, ready=ready, now=now_rfc3339())
         if self.pod_hook is not None:
-            self.pod_hook(pod)
+            try:
+                self.pod_hook(pod)
+            except Exception as error:  # any error of the test's hook is reported, not raised here
+                self._failed_create(rt, workload, f"the pod hook raised {type(error).__name__}: {error}")
+                return False
         name = str(pod["metadata"]["name"])
         self.store.create(PODS, namespace, {k: v for k, v in pod.items() if k != "status"},
                           manager="kube-controller-manager")
@@ -634,6 +651,24 @@ class _WorkloadController:
                           subresource="status", manager="kubelet")
         if not ready and self.delay is not None:
             self.pods_due[(namespace, name)] = time.monotonic() + self.delay
+        return True
+
+    def _failed_create(self, rt: ResourceType, workload: Obj, why: str) -> None:
+        """What the ReplicaSet controller does when a pod's create fails (pkg/controller/replicaset
+        `manageReplicas`): a Warning event FailedCreate, "Error creating: <error>", on the workload."""
+        self.failures.append(f"{rt.kind} {workload['metadata'].get('namespace', '')}/{workload['metadata']['name']}: "
+                             f"{why}")
+        meta = workload["metadata"]
+        namespace, now = meta.get("namespace", ""), now_rfc3339()
+        event = {"metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
+                              "namespace": namespace},
+                 "involvedObject": {"apiVersion": rt.api_version, "kind": rt.kind, "namespace": namespace,
+                                    "name": meta["name"], "uid": meta["uid"]},
+                 "reason": "FailedCreate", "message": f"Error creating: {why}", "type": "Warning",
+                 "source": {"component": "replicaset-controller"}, "count": 1,
+                 "firstTimestamp": now, "lastTimestamp": now}
+        with contextlib.suppress(ApiError):
+            self.store.create(CORE_EVENTS, namespace, event, manager="kube-controller-manager")
 
     def _pod_turns_ready(self, namespace: str, name: str) -> None:
         pod = self.store.objects[PODS.key].get((namespace, name))
@@ -687,7 +722,11 @@ class _WorkloadController:
                         del self.pods_due[pod_key]
                         self._pod_turns_ready(*pod_key)
                 while self.pending:
-                    self.sync_pods(self.pending.pop())
+                    key = self.pending.pop()
+                    try:
+                        self.sync_pods(key)
+                    except Exception as error:  # the thread must outlive one workload's fault
+                        self.failures.append(f"syncing {key[0]} {key[1]}/{key[2]}: {type(error).__name__}: {error}")
                 self.store.changed.wait(0.05)
 
 

@@ -5,6 +5,7 @@ is checked against the rows of upstream's own test table."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -22,7 +23,7 @@ from kubernetes import client, config
 
 from tests.fakekube import FakeKube
 from tests.fakekube.pods import DELETION_COST, delete_before, pods_to_delete
-from tests.fakekube.server import TOKEN
+from tests.fakekube.server import TOKEN, WorkloadControllerError
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTL = ROOT / ".tools" / "kubectl" / "kubectl"
@@ -182,6 +183,48 @@ def test_the_pod_hook_gives_each_pod_its_own_port_on_loopback(fake: FakeKube) ->
     fake.create(worker(3))
     given = sorted(p["spec"]["containers"][0]["ports"][0]["containerPort"] for p in fake.workload_pods("worker", NS))
     assert given == [41000, 41001, 41002]
+
+
+@needs_kubectl
+def test_a_pod_hook_that_raises_is_a_failed_create_and_fails_the_test_at_stop(tmp_path: Path) -> None:
+    """A test's hook that raises used to kill the controller's thread, and the test then waited for pods that never
+    came. Now it is what a failed pod create is to the ReplicaSet controller: no pod, a Warning FailedCreate event
+    "Error creating: ..." on the workload (kubectl shows it), the next pods still made once the hook is fixed, and
+    the error raised by FakeKube.stop so the test fails saying why."""
+    server = FakeKube(pods=True).start()
+    try:
+        server.ensure_namespace(NS)
+        made: list[str] = []
+
+        def second_fails(pod: dict[str, Any]) -> None:
+            made.append(pod["metadata"]["name"])
+            if len(made) == 2:
+                raise RuntimeError("no port left for pod two")
+
+        server.set_pod_hook(second_fails)
+        server.create(worker(1))
+        scale(server, 3)  # the create of pod two fails; the scale itself is accepted, as the controller is async
+        wait_for("the FailedCreate event", lambda: any(e.get("reason") == "FailedCreate" for e in server.events(NS)))
+        event = next(e for e in server.events(NS) if e.get("reason") == "FailedCreate")
+        assert event["type"] == "Warning"
+        assert event["message"] == "Error creating: the pod hook raised RuntimeError: no port left for pod two"
+        assert event["involvedObject"]["kind"] == "Deployment" and event["involvedObject"]["name"] == "worker"
+        assert len(names(server)) == 1
+        shown = kubectl(server, tmp_path, "get", "events", "-n", NS, "--field-selector", "reason=FailedCreate").stdout
+        assert "FailedCreate" in shown and "Error creating: the pod hook raised RuntimeError" in shown, shown
+
+        server.set_pod_hook(None)
+        gone = names(server)[0]  # a pod deleted by someone else: the controller's thread replaces it, and syncs
+        status, _ = call(server, f"/api/v1/namespaces/{NS}/pods/{gone}", method="DELETE")
+        assert status == 200
+        wait_for("the three pods, made by a thread the hook did not kill", lambda: len(names(server)) == 3)
+    except BaseException:
+        with contextlib.suppress(WorkloadControllerError):
+            server.stop()
+        raise
+    with pytest.raises(WorkloadControllerError, match="Deployment shop/worker: the pod hook raised RuntimeError: "
+                       "no port left for pod two"):
+        server.stop()
 
 
 # ----------------------------------------------------------------------------------------------------------------
