@@ -16,6 +16,7 @@ repeated in a message.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +42,7 @@ class PodCount:
     name: str
     in_flight: int
     cost: str | None  # the deletion cost the pod carries now (None: none)
+    owner: str | None = None  # its controller, "ReplicaSet name" (None: none)
 
 
 @dataclass(frozen=True)
@@ -54,13 +56,25 @@ class Marking:
 
     def words(self, before: int, after: int) -> str:
         """For the scale-in from `before` to `after` replicas: what the ready pods removed hold (the pods not
-        ready go first), or why they were not chosen."""
+        ready go first), or why they were not chosen.
+
+        Where the ready pods belong to several ReplicaSets (a Deployment's rollout under way), the Deployment
+        controller, not the deletion cost, decides how many pods each loses: it scales its ReplicaSets in
+        proportion to their sizes (kubernetes pkg/controller/deployment/sync.go, `scale`), and each removes its
+        own least busy. Which pods go is then not the least busy of all, and the words say so."""
         if self.problem is not None:
             return f"pods removed as the ReplicaSet chooses: {self.problem}"
         held = sorted(c.in_flight for c in self.counts)
         removing = max(0, min(len(held), before - after - max(0, before - len(held))))
-        return (f"{least_busy_words(held[:removing], held, 'pods')} "
-                f"(counts written to {DELETION_COST} of {self.written})")
+        written = f"(counts written to {DELETION_COST} of {self.written})"
+        owners = Counter(c.owner or "no controller" for c in self.counts)
+        if len(owners) > 1:
+            sizes = ", ".join(f"{n} of {owner}" for owner, n in sorted(owners.items()))
+            return (f"the ready pods belong to {len(owners)} controllers ({sizes}), as in a rollout: the Deployment "
+                    f"controller decides how many each loses and each removes its own least busy, so those that go "
+                    f"may hold more than the {sum(held[:removing])} of the {sum(held)} messages in flight the "
+                    f"{removing} least busy of {len(held)} ready pods hold {written}")
+        return f"{least_busy_words(held[:removing], held, 'pods')} {written}"
 
 
 def least_busy_words(removed: Sequence[int], ready: Sequence[int], things: str) -> str:
@@ -76,6 +90,14 @@ def ready(pod: Mapping[str, Any]) -> bool:
     if meta.get("deletionTimestamp") or status.get("phase") != "Running" or not status.get("podIP"):
         return False
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+
+
+def controller_of(pod: Mapping[str, Any]) -> str | None:
+    """The pod's controller as "Kind name" (its ownerReference with controller: true), None where it has none."""
+    for reference in (pod.get("metadata") or {}).get("ownerReferences") or []:
+        if isinstance(reference, Mapping) and reference.get("controller") is True:
+            return f"{reference.get('kind', '?')} {reference.get('name', '?')}"
+    return None
 
 
 def port_of(pod: Mapping[str, Any], name: str) -> int | None:
@@ -152,7 +174,8 @@ async def mark_pods(api: KubeApi, namespace: str, selector: str, endpoint: InFli
         return Marking(problem=f"{problems[0]}{more}")
     counts = tuple(PodCount(name=str(p["metadata"]["name"]),
                             in_flight=a if isinstance(a, int) else 0,
-                            cost=((p["metadata"].get("annotations") or {}).get(DELETION_COST)))
+                            cost=((p["metadata"].get("annotations") or {}).get(DELETION_COST)),
+                            owner=controller_of(p))
                    for p, a in zip(pods, answers, strict=True))
     written = 0
     for count in counts:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from controller.kube.inflight import Marking, PodCount, parse_count, port_of, read_counts, ready
+from controller.kube.inflight import Marking, PodCount, controller_of, parse_count, port_of, read_counts, ready
 from controller.model.rule import InFlightEndpoint
 from tests.loopback import LoopbackServer, Recorded, Reply, always
 
@@ -109,3 +109,22 @@ def test_the_event_says_what_the_least_busy_pods_hold() -> None:
     assert marking.words(6, 3).startswith("the 1 least busy of 4 ready pods go, holding 0 of the 7")
     assert Marking(problem="pod a has no container port named 'x'").words(4, 2) == (
         "pods removed as the ReplicaSet chooses: pod a has no container port named 'x'")
+
+
+def test_pods_of_several_replicasets_are_not_called_the_least_busy_of_all() -> None:
+    # A rollout: the Deployment controller splits the scale-in between its ReplicaSets (pkg/controller/deployment
+    # sync.go, `scale`), each removing its own least busy; one controller's pods keep the plain words.
+    old, new = "ReplicaSet renders-6d4cf56db6", "ReplicaSet renders-7b8d9c5f4"
+    marking = Marking(counts=(PodCount("a", 4, None, new), PodCount("b", 0, None, old), PodCount("c", 2, None, new),
+                              PodCount("d", 1, None, old)), written=4)
+    assert marking.words(4, 2) == (
+        f"the ready pods belong to 2 controllers (2 of {old}, 2 of {new}), as in a rollout: the Deployment "
+        "controller decides how many each loses and each removes its own least busy, so those that go may hold "
+        "more than the 1 of the 7 messages in flight the 2 least busy of 4 ready pods hold (counts written to "
+        "controller.kubernetes.io/pod-deletion-cost of 4)")
+    same = Marking(counts=tuple(PodCount(c.name, c.in_flight, None, new) for c in marking.counts), written=4)
+    assert same.words(4, 2).startswith("the 2 least busy of 4 ready pods go, holding 1 of the 7")
+    assert controller_of({"metadata": {"ownerReferences": [
+        {"kind": "Deployment", "name": "x", "controller": False},
+        {"kind": "ReplicaSet", "name": "renders-7b8d9c5f4", "controller": True}]}}) == new
+    assert controller_of({"metadata": {"name": "bare"}}) is None

@@ -146,6 +146,41 @@ def install_chart_rbac(cluster: FakeKube, *options: str) -> None:
             cluster.create(doc)
 
 
+def test_pods_of_two_controllers_are_not_called_the_least_busy_of_all(
+    cluster: FakeKube, pods: Pods, azurite: Azurite, tmp_path: Path
+) -> None:
+    """A rollout under way: the target's selector matches the pods of its new and its old ReplicaSet. The
+    Deployment controller then splits a scale-in between them in proportion to their sizes (kubernetes
+    pkg/controller/deployment/sync.go, `scale`) and each removes its own least busy, so the event must not say the
+    least busy of all went. The fake owns a Deployment's pods by the Deployment itself, so the old ReplicaSet here
+    stands beside it with the same labels, as the old one of a rollout does."""
+    api = config.new_client_from_config(config_file=str(cluster.write_kubeconfig(tmp_path / "admin")))
+    queue = queue_name()
+    make_queue(azurite, queue, 15)
+    deployment(api, "renders", 3)  # counts 3, 0, 2
+    wait_for("three ready pods", lambda: len([p for p in cluster.workload_pods("renders", NS) if _ready(p)]) == 3)
+    cluster.create({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "renders-v1", "namespace": NS},
+                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "renders"}},
+                             "template": {"metadata": {"labels": {"app": "renders"}},
+                                          "spec": {"containers": [{"name": "worker", "image": "worker:0"}]}}}})
+    wait_for("the old ReplicaSet's pod", lambda: len(cluster.workload_pods("renders-v1", NS, "ReplicaSet")) == 1)
+    secret(api, "renders-queue", {"connection": azurite.connection_string}, allowed_rules="renders")
+    rule(api, "renders", queue, "renders-queue", inFlight={"port": "in-flight"})
+    operator = Operator(cluster.write_kubeconfig(tmp_path / "operator"), tmp_path / "operator.log").start()
+    try:
+        wait_for("the scale-in to 2", lambda: replicas(cluster, "renders") == 2, timeout=30)
+        (event,) = wait_for("the ScaledDown event", lambda: scaled_down(cluster, "renders"))
+        assert event["message"].startswith("3 -> 2: ")
+        assert event["message"].endswith(
+            "; the ready pods belong to 2 controllers (3 of Deployment renders, 1 of ReplicaSet renders-v1), as in "
+            "a rollout: the Deployment controller decides how many each loses and each removes its own least busy, "
+            "so those that go may hold more than the 0 of the 5 messages in flight the 1 least busy of 4 ready pods "
+            f"hold (counts written to {COST} of 4)")
+        assert "least busy of 4 ready pods go" not in event["message"]
+    finally:
+        operator.stop()
+
+
 @pytest.mark.parametrize("granted", [True, False], ids=["rbac.pods", "no pods grant"])
 def test_the_chart_grants_pods_only_with_rbac_pods_and_the_scale_in_happens_either_way(
     cluster: FakeKube, pods: Pods, azurite: Azurite, tmp_path: Path, granted: bool
