@@ -41,8 +41,11 @@ _MERGE_KEYS = {"containers": "name", "initContainers": "name", "conditions": "ty
 def strategic_merge_patch(target: Any, patch: Any, field_name: str = "") -> Any:
     """Strategic merge patch for simple cases: a merge patch whose known lists merge by their key.
 
-    Supported directives: `$patch: replace` and `$patch: delete` on objects and list items. Unknown
-    `$`-directives are rejected like the real server does.
+    Supported directives: `$patch: replace` and `$patch: delete` on objects and list items, and
+    `$setElementOrder/<list>` (what kubectl sends with a list it changes, `kubectl set image` among them: the
+    merged list's items in the order it names, then any the server had that it does not name, in their order;
+    upstream interleaves those by their old positions). Unknown `$`-directives are rejected like the real server
+    does.
     """
     if isinstance(patch, list) and isinstance(target, list) and field_name in _MERGE_KEYS:
         return _merge_list(target, patch, _MERGE_KEYS[field_name])
@@ -56,7 +59,11 @@ def strategic_merge_patch(target: Any, patch: Any, field_name: str = "") -> Any:
     if directive is not None:
         raise PatchError(f"unknown patch type: {directive}", code=400)
     result = dict(target) if isinstance(target, dict) else {}
+    orders: dict[str, Any] = {}
     for key, value in patch.items():
+        if key.startswith(ORDER_DIRECTIVE) and key[len(ORDER_DIRECTIVE):] in _MERGE_KEYS:
+            orders[key[len(ORDER_DIRECTIVE):]] = value
+            continue
         if key.startswith("$"):
             raise PatchError(f"unknown strategic merge patch directive {key}", code=400)
         if value is None:
@@ -67,7 +74,22 @@ def strategic_merge_patch(target: Any, patch: Any, field_name: str = "") -> Any:
                 result.pop(key, None)
             else:
                 result[key] = merged
+    for field, order in orders.items():
+        if isinstance(result.get(field), list):
+            result[field] = _in_order(result[field], order, _MERGE_KEYS[field])
     return result
+
+
+ORDER_DIRECTIVE = "$setElementOrder/"
+
+
+def _in_order(items: list[Any], order: Any, key: str) -> list[Any]:
+    if not isinstance(order, list):
+        raise PatchError(f"invalid type for {ORDER_DIRECTIVE}: expected a list, got {type(order).__name__}", code=400)
+    wanted = [entry.get(key) for entry in order if isinstance(entry, dict)]
+    named = [next(item for item in items if isinstance(item, dict) and item.get(key) == value)
+             for value in wanted if any(isinstance(item, dict) and item.get(key) == value for item in items)]
+    return named + [item for item in items if not (isinstance(item, dict) and item.get(key) in wanted)]
 
 
 def _merge_list(target: list[Any], patch: list[Any], key: str) -> list[Any]:

@@ -331,6 +331,20 @@ def test_strategic_merge_patch_merges_containers_by_name(apps: client.AppsV1Api)
     assert [c.name for c in patched.spec.template.spec.containers] == ["main", "side"]
 
 
+def test_strategic_merge_patch_orders_a_list_as_set_element_order_says(apps: client.AppsV1Api) -> None:
+    # What `kubectl set image` sends: the changed container and the order of the whole list. Before, the directive
+    # was refused ("unknown strategic merge patch directive $setElementOrder/containers") and set image failed.
+    apps.create_namespaced_deployment("default", deployment())
+    apps.patch_namespaced_deployment("worker", "default", {"spec": {"template": {"spec": {"containers": [
+        {"name": "side", "image": "side:1"}]}}}}, _content_type="application/strategic-merge-patch+json")
+    patch = {"spec": {"template": {"spec": {"$setElementOrder/containers": [{"name": "side"}, {"name": "main"}],
+                                            "containers": [{"name": "side", "image": "side:2"}]}}}}
+    patched = apps.patch_namespaced_deployment("worker", "default", patch,
+                                               _content_type="application/strategic-merge-patch+json")
+    assert [(c.name, c.image) for c in patched.spec.template.spec.containers] == [("side", "side:2"),
+                                                                                  ("main", "worker:1")]
+
+
 def test_json_patch_applies_operations(apps: client.AppsV1Api) -> None:
     apps.create_namespaced_deployment("default", deployment())
     ops = [{"op": "test", "path": "/spec/replicas", "value": 2}, {"op": "replace", "path": "/spec/replicas",
