@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from tests.fakekube import deployments as fake_deployments
 from tests.fakekube import discovery, lifecycle, openapi, options, printer, rbac, table, tls
 from tests.fakekube import pods as fake_pods
 from tests.fakekube.resources import (
@@ -294,11 +295,14 @@ class FakeKube:
             self.controller.pod_hook = hook
 
     def workload_pods(self, name: str, namespace: str = "default", kind: str = "Deployment") -> list[Obj]:
-        """The active pods a Deployment (or ReplicaSet) owns, by name (with `pods=True`)."""
+        """The active pods of a Deployment (those of its ReplicaSets) or of a ReplicaSet, by name (with
+        `pods=True`)."""
         workload = self.get("apps/v1", kind, name, namespace)
         with self.store.lock:
+            sets = self.controller.owned_sets(workload) if kind == "Deployment" else [workload]
+            found = [pod for rs in sets for pod in self.controller.owned_pods(rs)]
             return [self.store.get(PODS, namespace, pod["metadata"]["name"])
-                    for pod in self.controller.owned_pods(workload)]
+                    for pod in sorted(found, key=lambda pod: str(pod["metadata"]["name"]))]
 
     def _take_fault(self, method: str, target: str) -> Fault | None:
         with self.store.lock:
@@ -555,6 +559,9 @@ class _WorkloadController:
         if self.pods and rt.key in (DEPLOYMENTS.key, REPLICASETS.key):
             if not self._acting:
                 self.sync_pods((rt.key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
+                owner = self._owner_key(obj) if rt.key == REPLICASETS.key else None
+                if owner is not None:
+                    self.pending.add(owner)  # its Deployment sets it back, or makes it again
             return
         if not (rt.scale_subresource and rt.group == "apps") or self.delay is None:
             return
@@ -596,12 +603,20 @@ class _WorkloadController:
                 if ns == namespace and fake_pods.owner_uid(pod) == uid and fake_pods.is_active(pod)]
 
     def sync_pods(self, key: _WorkloadKey) -> None:
-        """The ReplicaSet controller's manageReplicas for one workload: as many pods as spec.replicas, then its
-        status from them. Nothing while the controller is stopped (delay None)."""
-        rt = DEPLOYMENTS if key[0] == DEPLOYMENTS.key else REPLICASETS
+        """Sync one workload: a Deployment through its ReplicaSets (`sync_deployment`), a ReplicaSet as the
+        ReplicaSet controller's manageReplicas does: as many pods as spec.replicas, then its status from them, and
+        its Deployment synced again once the thread gets to it. Nothing while the controller is stopped (delay
+        None)."""
+        if key[0] == DEPLOYMENTS.key:
+            self.sync_deployment(key)
+            return
+        rt = REPLICASETS
         workload = self.store.objects[rt.key].get((key[1], key[2]))
         if workload is None or self.delay is None:
             return
+        owner = self._owner_key(workload)
+        if owner is not None:
+            self.pending.add(owner)
         acting, self._acting = self._acting, True
         try:
             owned = self.owned_pods(workload)
@@ -616,6 +631,9 @@ class _WorkloadController:
                     self.store.delete(PODS, key[1], pod["metadata"]["name"])
             owned = self.owned_pods(workload)
             status = self._status(workload, len(owned), sum(1 for pod in owned if fake_pods.is_ready(pod)))
+            status.pop("updatedReplicas", None)  # a ReplicaSet's status counts the pods with its labels instead
+            if owned:
+                status["fullyLabeledReplicas"] = len(owned)
             if workload.get("status") != status:
                 self.store.update(rt, key[1], key[2], {"metadata": {"name": key[2]}, "status": status},
                                   subresource="status", manager="kube-controller-manager")
@@ -623,6 +641,130 @@ class _WorkloadController:
             pass  # e.g. its namespace is terminating: the real controller gives up on the pods too
         finally:
             self._acting = acting
+
+    def owned_sets(self, deployment: Obj) -> list[Obj]:
+        """The ReplicaSets the Deployment controls (adopting orphans is not done)."""
+        namespace, uid = deployment["metadata"].get("namespace", ""), deployment["metadata"]["uid"]
+        return [rs for (ns, _), rs in sorted(self.store.objects[REPLICASETS.key].items())
+                if ns == namespace and fake_pods.owner_uid(rs) == uid]
+
+    def sync_deployment(self, key: _WorkloadKey) -> None:
+        """The Deployment controller's syncDeployment, one pass (tests/fakekube/deployments.py decides): a scaling
+        event (or a paused Deployment) sizes the ReplicaSets in proportion; otherwise the rollout steps (the new
+        ReplicaSet made and grown within maxSurge, the old ones shrunk within maxUnavailable; for Recreate, the old
+        ones emptied first). Each ReplicaSet written is synced at once; a pass that changed something is followed by
+        another from the thread, as the real controller's watch would bring one."""
+        deployment = self.store.objects[DEPLOYMENTS.key].get((key[1], key[2]))
+        if deployment is None or self.delay is None:
+            return
+        acting, self._acting = self._acting, True
+        try:
+            changed = self._deployment_pass(deployment)
+        except ApiError:
+            changed = False  # e.g. its namespace is terminating
+        finally:
+            self._acting = acting
+        if changed:
+            self.pending.add(key)
+
+    def _deployment_pass(self, deployment: Obj) -> bool:
+        namespace, name = deployment["metadata"].get("namespace", ""), deployment["metadata"]["name"]
+        sets = self.owned_sets(deployment)
+        new = fake_deployments.find_new(deployment, sets)
+        olds = [rs for rs in sets if rs is not new]
+        changed = False
+        spec = deployment.get("spec") or {}
+        rollout = not spec.get("paused") and not fake_deployments.is_scaling_event(deployment, new, olds)
+        created: Obj | None = None
+        if not rollout:
+            for rs_name, size in fake_deployments.scale_sizes(deployment, new, olds).items():
+                changed |= self._size_set(deployment, namespace, rs_name, size)
+        elif fake_deployments.is_rolling(deployment):
+            if new is None:
+                new = created = self._create_set(deployment, olds)
+                changed = True
+            grown = fake_deployments.reconcile_new(deployment, [*olds, new], new)
+            if grown is not None:
+                changed |= self._size_set(deployment, namespace, new["metadata"]["name"], grown)
+            else:
+                for rs_name, size in fake_deployments.reconcile_old(deployment, [*olds, new], olds, new).items():
+                    changed |= self._size_set(deployment, namespace, rs_name, size)
+        else:  # Recreate: the old pods go before the new ones come
+            for rs in fake_deployments.active(olds):
+                changed |= self._size_set(deployment, namespace, rs["metadata"]["name"], 0)
+            running = sum(fake_deployments.status_count(self.store.objects[REPLICASETS.key][
+                (namespace, rs["metadata"]["name"])], "replicas") for rs in olds)
+            if not changed and not running:
+                if new is None:
+                    new = created = self._create_set(deployment, olds)
+                changed |= self._size_set(deployment, namespace, new["metadata"]["name"],
+                                          fake_deployments.replicas(deployment))
+        sets = self.owned_sets(deployment)
+        new = fake_deployments.find_new(deployment, sets)
+        current = self.store.objects[DEPLOYMENTS.key][(namespace, name)]
+        status = fake_deployments.deployment_status(current, sets, new, now_rfc3339(), rollout=rollout)
+        if created is not None:
+            status["conditions"] = fake_deployments.set_condition(
+                [c for c in status["conditions"] if c.get("type") != "Progressing"], "Progressing", "True",
+                "NewReplicaSetCreated", f'Created new replica set "{created["metadata"]["name"]}"', now_rfc3339())
+        revision = None if new is None else (new["metadata"].get("annotations") or {}).get(
+            fake_deployments.REVISION)
+        if revision is not None and (current["metadata"].get("annotations") or {}).get(
+                fake_deployments.REVISION) != revision:
+            body = self.store.get(DEPLOYMENTS, namespace, name)
+            body["metadata"].setdefault("annotations", {})[fake_deployments.REVISION] = revision
+            self.store.update(DEPLOYMENTS, namespace, name, body, manager="kube-controller-manager")
+            current = self.store.objects[DEPLOYMENTS.key][(namespace, name)]
+        if current.get("status") != status:
+            self.store.update(DEPLOYMENTS, namespace, name, {"metadata": {"name": name}, "status": status},
+                              subresource="status", manager="kube-controller-manager")
+        return changed
+
+    def _create_set(self, deployment: Obj, olds: list[Obj]) -> Obj:
+        """getNewReplicaSet's create, with the ScalingReplicaSet event; its pods made at once."""
+        namespace = deployment["metadata"].get("namespace", "")
+        pod_hash = fake_pods.template_hash((deployment.get("spec") or {}).get("template") or {})
+        rs = fake_deployments.new_replica_set(deployment, pod_hash, olds)
+        created = self.store.create(REPLICASETS, namespace, rs, manager="kube-controller-manager")
+        size = fake_deployments.replicas(created)
+        if size:
+            self._deployment_event(deployment, f"Scaled up replica set {created['metadata']['name']} to {size}")
+        self.sync_pods((REPLICASETS.key, namespace, created["metadata"]["name"]))
+        return self.store.objects[REPLICASETS.key][(namespace, created["metadata"]["name"])]
+
+    def _size_set(self, deployment: Obj, namespace: str, name: str, size: int) -> bool:
+        """scaleReplicaSet: its replicas and its replicas annotations (the Deployment's size, and that plus
+        maxSurge), a ScalingReplicaSet event where the size changed; its pods made or removed at once. Whether the
+        size changed."""
+        rs = self.store.get(REPLICASETS, namespace, name)
+        before = fake_deployments.replicas(rs)
+        wanted = fake_deployments.replicas(deployment)
+        marks = {fake_deployments.DESIRED_REPLICAS: str(wanted),
+                 fake_deployments.MAX_REPLICAS: str(wanted + fake_deployments.max_surge(deployment))}
+        annotations = rs["metadata"].setdefault("annotations", {})
+        if before == size and all(annotations.get(k) == v for k, v in marks.items()):
+            return False
+        annotations.update(marks)
+        rs["spec"]["replicas"] = size
+        self.store.update(REPLICASETS, namespace, name, rs, manager="kube-controller-manager")
+        if before != size:
+            direction = "up" if size > before else "down"
+            self._deployment_event(deployment, f"Scaled {direction} replica set {name} to {size} from {before}")
+        self.sync_pods((REPLICASETS.key, namespace, name))
+        return before != size
+
+    def _deployment_event(self, deployment: Obj, message: str) -> None:
+        """A Normal event ScalingReplicaSet on the Deployment, as the deployment-controller writes one."""
+        meta = deployment["metadata"]
+        namespace, now = meta.get("namespace", ""), now_rfc3339()
+        event = {"metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
+                 "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": namespace,
+                                    "name": meta["name"], "uid": meta["uid"]},
+                 "reason": "ScalingReplicaSet", "message": message, "type": "Normal",
+                 "source": {"component": "deployment-controller"}, "count": 1,
+                 "firstTimestamp": now, "lastTimestamp": now}
+        with contextlib.suppress(ApiError):
+            self.store.create(CORE_EVENTS, namespace, event, manager="kube-controller-manager")
 
     def _start_pod(self, rt: ResourceType, workload: Obj) -> bool:
         """Create one pod of the workload as the ReplicaSet controller does, then report it running as the kubelet

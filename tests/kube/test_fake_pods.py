@@ -109,8 +109,20 @@ def test_a_deployments_pods_appear_and_go_with_its_replicas(fake: FakeKube) -> N
     assert re.fullmatch(f"{SAFE}{{1,10}}", pod_hash)
     assert pod["metadata"]["labels"] == {"app": "worker", "tier": "queue", "pod-template-hash": pod_hash}
     assert pod["spec"]["containers"] == created["spec"]["template"]["spec"]["containers"]
-    assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "worker",
-                                                   "uid": created["metadata"]["uid"], "controller": True,
+    # Owned through a ReplicaSet `<deployment>-<hash>`, as the Deployment controller makes one (sync.go
+    # getNewReplicaSet): the template's labels and the selector with pod-template-hash, the Deployment its owner.
+    (replica_set,) = fake.list_objects("apps/v1", "ReplicaSet", NS)
+    assert replica_set["metadata"]["name"] == f"worker-{pod_hash}"
+    assert replica_set["metadata"]["ownerReferences"] == [{
+        "apiVersion": "apps/v1", "kind": "Deployment", "name": "worker", "uid": created["metadata"]["uid"],
+        "controller": True, "blockOwnerDeletion": True}]
+    assert replica_set["spec"]["selector"] == {"matchLabels": {"app": "worker", "pod-template-hash": pod_hash}}
+    assert replica_set["metadata"]["annotations"] == {"deployment.kubernetes.io/revision": "1",
+                                                      "deployment.kubernetes.io/desired-replicas": "3",
+                                                      "deployment.kubernetes.io/max-replicas": "4"}
+    assert pod["metadata"]["ownerReferences"] == [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                                   "name": f"worker-{pod_hash}",
+                                                   "uid": replica_set["metadata"]["uid"], "controller": True,
                                                    "blockOwnerDeletion": True}]
     assert pod["status"]["phase"] == "Running"
     assert pod["status"]["podIP"] == "127.0.0.1"
@@ -189,7 +201,7 @@ def test_the_pod_hook_gives_each_pod_its_own_port_on_loopback(fake: FakeKube) ->
 def test_a_pod_hook_that_raises_is_a_failed_create_and_fails_the_test_at_stop(tmp_path: Path) -> None:
     """A test's hook that raises used to kill the controller's thread, and the test then waited for pods that never
     came. Now it is what a failed pod create is to the ReplicaSet controller: no pod, a Warning FailedCreate event
-    "Error creating: ..." on the workload (kubectl shows it), the next pods still made once the hook is fixed, and
+    "Error creating: ..." on the ReplicaSet (kubectl shows it), the next pods still made once the hook is fixed, and
     the error raised by FakeKube.stop so the test fails saying why."""
     server = FakeKube(pods=True).start()
     try:
@@ -208,7 +220,8 @@ def test_a_pod_hook_that_raises_is_a_failed_create_and_fails_the_test_at_stop(tm
         event = next(e for e in server.events(NS) if e.get("reason") == "FailedCreate")
         assert event["type"] == "Warning"
         assert event["message"] == "Error creating: the pod hook raised RuntimeError: no port left for pod two"
-        assert event["involvedObject"]["kind"] == "Deployment" and event["involvedObject"]["name"] == "worker"
+        assert event["involvedObject"]["kind"] == "ReplicaSet"  # the ReplicaSet controller's, on its ReplicaSet
+        assert event["involvedObject"]["name"].startswith("worker-")
         assert len(names(server)) == 1
         shown = kubectl(server, tmp_path, "get", "events", "-n", NS, "--field-selector", "reason=FailedCreate").stdout
         assert "FailedCreate" in shown and "Error creating: the pod hook raised RuntimeError" in shown, shown
@@ -222,8 +235,8 @@ def test_a_pod_hook_that_raises_is_a_failed_create_and_fails_the_test_at_stop(tm
         with contextlib.suppress(WorkloadControllerError):
             server.stop()
         raise
-    with pytest.raises(WorkloadControllerError, match="Deployment shop/worker: the pod hook raised RuntimeError: "
-                       "no port left for pod two"):
+    with pytest.raises(WorkloadControllerError, match=r"ReplicaSet shop/worker-[a-z0-9]+: the pod hook raised "
+                       "RuntimeError: no port left for pod two"):
         server.stop()
 
 

@@ -9,6 +9,7 @@ only with `rbac.pods=true`; without it, the scale-in still happens and a Warning
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +41,7 @@ from tests.operator_harness import (
 
 KUBECTL = ROOT / ".tools" / "kubectl" / "kubectl"
 COST = "controller.kubernetes.io/pod-deletion-cost"
+REVISION = "deployment.kubernetes.io/revision"
 COUNTS = [3, 0, 2, 0]  # what the pods made first, second, ... hold
 
 
@@ -146,37 +148,54 @@ def install_chart_rbac(cluster: FakeKube, *options: str) -> None:
             cluster.create(doc)
 
 
-def test_pods_of_two_controllers_are_not_called_the_least_busy_of_all(
+def test_a_scale_in_during_a_rollout_does_not_call_its_pods_the_least_busy_of_all(
     cluster: FakeKube, pods: Pods, azurite: Azurite, tmp_path: Path
 ) -> None:
-    """A rollout under way: the target's selector matches the pods of its new and its old ReplicaSet. The
-    Deployment controller then splits a scale-in between them in proportion to their sizes (kubernetes
-    pkg/controller/deployment/sync.go, `scale`) and each removes its own least busy, so the event must not say the
-    least busy of all went. The fake owns a Deployment's pods by the Deployment itself, so the old ReplicaSet here
-    stands beside it with the same labels, as the old one of a rollout does."""
+    """A rollout under way (`kubectl set image`, then `kubectl rollout pause` once pods of both ReplicaSets are
+    ready): the Deployment controller splits a scale-in between its ReplicaSets in proportion to their sizes
+    (kubernetes pkg/controller/deployment/sync.go, `scale`) and each removes its own least busy, so the event must
+    not say the least busy of all went. Before, it said "the 1 least busy of 3 ready pods go"."""
     api = config.new_client_from_config(config_file=str(cluster.write_kubeconfig(tmp_path / "admin")))
+    admin = cluster.write_kubeconfig(tmp_path / "kubectl")
     queue = queue_name()
     make_queue(azurite, queue, 15)
-    deployment(api, "renders", 3)  # counts 3, 0, 2
-    wait_for("three ready pods", lambda: len([p for p in cluster.workload_pods("renders", NS) if _ready(p)]) == 3)
-    cluster.create({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "renders-v1", "namespace": NS},
-                    "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "renders"}},
-                             "template": {"metadata": {"labels": {"app": "renders"}},
-                                          "spec": {"containers": [{"name": "worker", "image": "worker:0"}]}}}})
-    wait_for("the old ReplicaSet's pod", lambda: len(cluster.workload_pods("renders-v1", NS, "ReplicaSet")) == 1)
+    deployment(api, "renders", 4)
+    wait_for("four ready pods", lambda: len([p for p in cluster.workload_pods("renders", NS) if _ready(p)]) == 4)
+    cluster.set_ready_delay(3.0)  # the new pods take 3 s: the rollout moves a step at a time
+    run = [str(KUBECTL), "--kubeconfig", str(admin), "-n", NS]
+    subprocess.run([*run, "set", "image", "deployment/renders", "worker=worker:2"], check=True, timeout=30,
+                   capture_output=True)
+
+    def sets() -> list[Obj]:
+        return cluster.list_objects("apps/v1", "ReplicaSet", NS)
+
+    # Surge 1, unavailable 1: new 2 and old 3, then once those 2 are ready old 1 and new 4 (2 of them ready).
+    wait_for("ready pods in both ReplicaSets", lambda: sorted(
+        (int(rs["spec"]["replicas"]), int(rs["status"].get("readyReplicas") or 0)) for rs in sets()) == [
+        (1, 1), (4, 2)], timeout=20)
+    subprocess.run([*run, "rollout", "pause", "deployment/renders"], check=True, timeout=30, capture_output=True)
     secret(api, "renders-queue", {"connection": azurite.connection_string}, allowed_rules="renders")
     rule(api, "renders", queue, "renders-queue", inFlight={"port": "in-flight"})
     operator = Operator(cluster.write_kubeconfig(tmp_path / "operator"), tmp_path / "operator.log").start()
     try:
         wait_for("the scale-in to 2", lambda: replicas(cluster, "renders") == 2, timeout=30)
         (event,) = wait_for("the ScaledDown event", lambda: scaled_down(cluster, "renders"))
-        assert event["message"].startswith("3 -> 2: ")
-        assert event["message"].endswith(
-            "; the ready pods belong to 2 controllers (3 of Deployment renders, 1 of ReplicaSet renders-v1), as in "
-            "a rollout: the Deployment controller decides how many each loses and each removes its own least busy, "
-            "so those that go may hold more than the 0 of the 5 messages in flight the 1 least busy of 4 ready pods "
-            f"hold (counts written to {COST} of 4)")
-        assert "least busy of 4 ready pods go" not in event["message"]
+        assert event["message"].startswith("4 -> 2: ")
+        assert re.search(
+            r"; the ready pods belong to 2 controllers \(\d of ReplicaSet renders-\w+, \d of ReplicaSet "
+            r"renders-\w+\), as in a rollout: the Deployment controller decides how many each loses and each "
+            r"removes its own least busy, so those that go may hold more than the \d+ of the \d+ messages in flight "
+            rf"the \d least busy of \d ready pods hold \(counts written to {re.escape(COST)} of \d\)$",
+            event["message"]), event["message"]
+        assert "ready pods go" not in event["message"]
+        # The split is the Deployment controller's (sync.go `scale`): the new ReplicaSet, the larger, gives 2 (its
+        # two pods not yet ready); with its 2 left available it is saturated, so the old one's ready pod goes too,
+        # whatever its count.
+        (old,) = [rs["metadata"]["name"] for rs in sets() if rs["metadata"]["annotations"][REVISION] == "1"]
+        (new,) = [rs["metadata"]["name"] for rs in sets() if rs["metadata"]["annotations"][REVISION] == "2"]
+        assert {rs["metadata"]["name"]: int(rs["spec"]["replicas"]) for rs in sets()} == {old: 0, new: 2}
+        scaled = [e["message"] for e in cluster.events(NS) if e.get("reason") == "ScalingReplicaSet"]
+        assert scaled[-2:] == [f"Scaled down replica set {new} to 2 from 4", f"Scaled down replica set {old} to 0 from 1"]
     finally:
         operator.stop()
 
