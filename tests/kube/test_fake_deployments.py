@@ -354,3 +354,39 @@ def test_a_scale_during_a_paused_rollout_is_split_between_the_replica_sets(fake:
     # Allowed 8 + 2 surge = 10, 5 to add, each sized for 4 + 1: old 3 x 10 / 5 = 6 (+3), new 2 x 10 / 5 = 4 (+2).
     assert (sizes()[old], sizes()[new]) == (6, 4)
     assert fake.get("apps/v1", "Deployment", "worker", NS)["spec"]["paused"] is True
+
+
+@needs_kubectl
+def test_recreate_empties_the_old_replica_set_before_the_new_one_starts(fake: FakeKube, tmp_path: Path) -> None:
+    """Strategy Recreate (recreate.go): the old ReplicaSet goes to 0 and its pods go before the new one is even
+    made; so no pod of the old template runs beside one of the new."""
+    body = worker(3)
+    body["spec"]["strategy"] = {"type": "Recreate"}
+    fake.create(body)
+    wait_for("three ready pods", lambda: fake.get("apps/v1", "Deployment", "worker", NS)["status"].get(
+        "availableReplicas") == 3)
+    images: list[set[str]] = []
+    kubectl(fake, tmp_path, "set", "image", "deployment/worker", "worker=worker:2")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        running = {p["spec"]["containers"][0]["image"] for p in fake.workload_pods("worker", NS)}
+        images.append(running)
+        if running == {"worker:2"} and len(fake.workload_pods("worker", NS)) == 3:
+            break
+        time.sleep(0.02)
+    assert images[-1] == {"worker:2"}
+    assert all(len(seen) <= 1 for seen in images), images  # never both templates at once
+    done = kubectl(fake, tmp_path, "rollout", "status", "deployment/worker", "--timeout=30s").stdout
+    assert done.rstrip().endswith('deployment "worker" successfully rolled out'), done
+
+
+@needs_kubectl
+def test_a_replica_set_deleted_by_hand_is_made_again_by_its_deployment(fake: FakeKube, tmp_path: Path) -> None:
+    fake.create(worker(2))
+    (first,) = fake.list_objects("apps/v1", "ReplicaSet", NS)
+    kubectl(fake, tmp_path, "delete", "rs", first["metadata"]["name"])  # its pods go with it (background cascade)
+    again = wait_for("the ReplicaSet made again", lambda: fake.list_objects("apps/v1", "ReplicaSet", NS))
+    assert again[0]["metadata"]["name"] == first["metadata"]["name"]  # the same template, the same hash
+    assert again[0]["metadata"]["uid"] != first["metadata"]["uid"]
+    wait_for("its two pods, and no other", lambda: len(fake.list_objects("v1", "Pod", NS)) == 2 == len(
+        fake.workload_pods("worker", NS)))
