@@ -138,11 +138,23 @@ def by_creation(sets: Sequence[Obj]) -> list[Obj]:
 
 
 def without_hash(template: Obj) -> Obj:
-    found = copy.deepcopy(template)
-    labels = (found.get("metadata") or {}).get("labels")
+    """The template as EqualIgnoreHash compares it: without the hash label, and with what Semantic.DeepEqual takes
+    as equal to absent (null, an empty object or list: `kubectl rollout undo` sends `creationTimestamp: null` and
+    `resources: {}`, which a typed decode makes the zero values a template without them has) left out."""
+    found = _semantic(copy.deepcopy(template))
+    labels = (found.get("metadata") or {}).get("labels") if isinstance(found, dict) else None
     if isinstance(labels, dict):
         labels.pop(POD_TEMPLATE_HASH, None)
-    return found
+    return found if isinstance(found, dict) else {}
+
+
+def _semantic(value: object) -> object:
+    if isinstance(value, dict):
+        kept = {k: _semantic(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in (None, {}, [])}
+    if isinstance(value, list):
+        return [_semantic(v) for v in value]
+    return value
 
 
 def find_new(deployment: Obj, sets: Sequence[Obj]) -> Obj | None:
@@ -156,6 +168,22 @@ def find_new(deployment: Obj, sets: Sequence[Obj]) -> Obj | None:
 
 def max_revision(sets: Sequence[Obj]) -> int:
     return max((annotation_int(rs, REVISION) or 0 for rs in sets), default=0)
+
+
+def next_revision(new: Obj, olds: Sequence[Obj]) -> dict[str, str] | None:
+    """SetNewReplicaSetAnnotations for a ReplicaSet that is new again (a rollback, `kubectl rollout undo`): the
+    revision after the old ones' highest, and the one it had added to its revision-history; None where its
+    revision is already the highest."""
+    had = annotation_int(new, REVISION) or 0
+    highest = max_revision(olds)
+    if had > highest:
+        return None
+    annotations = dict((new.get("metadata") or {}).get("annotations") or {})
+    history = annotations.get("deployment.kubernetes.io/revision-history", "")
+    marks = {REVISION: str(highest + 1)}
+    if had:
+        marks["deployment.kubernetes.io/revision-history"] = f"{history},{had}" if history else str(had)
+    return marks
 
 
 def new_replica_set(deployment: Obj, pod_hash: str, olds: Sequence[Obj]) -> Obj:

@@ -676,6 +676,12 @@ class _WorkloadController:
         spec = deployment.get("spec") or {}
         rollout = not spec.get("paused") and not fake_deployments.is_scaling_event(deployment, new, olds)
         created: Obj | None = None
+        marks = None if new is None else fake_deployments.next_revision(new, olds)
+        if new is not None and marks is not None:  # new again (a rollback): the next revision, as getNewReplicaSet
+            body = self.store.get(REPLICASETS, namespace, new["metadata"]["name"])
+            body["metadata"].setdefault("annotations", {}).update(marks)
+            self.store.update(REPLICASETS, namespace, new["metadata"]["name"], body, manager="kube-controller-manager")
+            new = self.store.objects[REPLICASETS.key][(namespace, new["metadata"]["name"])]
         if not rollout:
             for rs_name, size in fake_deployments.scale_sizes(deployment, new, olds).items():
                 changed |= self._size_set(deployment, namespace, rs_name, size)

@@ -332,6 +332,30 @@ def test_kubectl_rolls_out_a_new_image_through_a_new_replica_set(fake: FakeKube,
 
 
 @needs_kubectl
+def test_kubectl_rollout_undo_makes_the_first_replica_set_new_again_at_the_next_revision(
+    fake: FakeKube, tmp_path: Path,
+) -> None:
+    """`kubectl rollout undo` writes the previous ReplicaSet's template back into the Deployment; that ReplicaSet
+    is then the new one again (FindNewReplicaSet), scaled up, and given the next revision with its old one in
+    `revision-history` (SetNewReplicaSetAnnotations), so `kubectl rollout history` lists 2 and 3, not 1 and 2."""
+    fake.create(worker(2))
+    (first,) = [rs["metadata"]["name"] for rs in fake.list_objects("apps/v1", "ReplicaSet", NS)]
+    kubectl(fake, tmp_path, "set", "image", "deployment/worker", "worker=worker:2")
+    kubectl(fake, tmp_path, "rollout", "status", "deployment/worker", "--timeout=30s")
+    kubectl(fake, tmp_path, "rollout", "undo", "deployment/worker")
+    done = kubectl(fake, tmp_path, "rollout", "status", "deployment/worker", "--timeout=30s").stdout
+    assert done.rstrip().endswith('deployment "worker" successfully rolled out'), done
+    sets = {rs["metadata"]["name"]: rs for rs in fake.list_objects("apps/v1", "ReplicaSet", NS)}
+    assert len(sets) == 2 and fd.replicas(sets[first]) == 2
+    assert {k: v for k, v in sets[first]["metadata"]["annotations"].items() if "revision" in k} == {
+        fd.REVISION: "3", "deployment.kubernetes.io/revision-history": "1"}
+    assert fake.get("apps/v1", "Deployment", "worker", NS)["metadata"]["annotations"][fd.REVISION] == "3"
+    assert {p["spec"]["containers"][0]["image"] for p in fake.workload_pods("worker", NS)} == {"worker:1"}
+    history = kubectl(fake, tmp_path, "rollout", "history", "deployment/worker").stdout
+    assert [line.split()[0] for line in history.splitlines()[2:] if line.strip()] == ["2", "3"], history
+
+
+@needs_kubectl
 def test_a_scale_during_a_paused_rollout_is_split_between_the_replica_sets(fake: FakeKube, tmp_path: Path) -> None:
     """Paused mid-rollout (`kubectl rollout pause`), a scale of the Deployment is shared between its two
     ReplicaSets in proportion (sync.go `scale`), not given to the new one or taken from the old one alone."""
