@@ -9,8 +9,6 @@ with maxSurge and maxUnavailable 0 unless a row says otherwise; `rs(name, replic
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,12 +18,9 @@ import pytest
 
 from tests.fakekube import FakeKube
 from tests.fakekube import deployments as fd
+from tests.kube.test_fake_pods import kubectl, needs_kubectl
 
-ROOT = Path(__file__).resolve().parents[2]
-KUBECTL = ROOT / ".tools" / "kubectl" / "kubectl"
-NS = "shop"
-needs_kubectl = pytest.mark.skipif(not KUBECTL.exists(), reason=f"kubectl is not installed at {KUBECTL}: run "
-                                   "scripts/bootstrap, which installs it")
+NS = "shop"  # the namespace of tests/kube/test_fake_pods.py, whose kubectl helper writes its kubeconfig
 
 NEWER, OLD, OLDER = "2016-05-20T02:00:00Z", "2016-05-20T01:00:00Z", "2016-05-20T00:00:00Z"
 
@@ -264,16 +259,6 @@ def fake() -> Iterator[FakeKube]:
         yield server
     finally:
         server.stop()
-
-
-def kubectl(fake: FakeKube, folder: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KUBE")}
-    env.update(KUBECONFIG=str(fake.write_kubeconfig(folder / "admin.kubeconfig", NS)), HOME=str(folder),
-               KUBECACHEDIR=str(folder / "cache"))
-    result = subprocess.run([str(KUBECTL), *args], env=env, capture_output=True, text=True, timeout=60)
-    if check:
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stdout}{result.stderr}"
-    return result
 
 
 def worker(replicas: int) -> dict[str, Any]:
