@@ -220,17 +220,13 @@ def random_suffix() -> str:
 
 
 def pod_for(workload: Obj, kind: str, api_version: str) -> tuple[str, Obj]:
-    """(name prefix, pod manifest) for one more pod of a Deployment or ReplicaSet: labels, annotations and finalizers
-    of its template, the template's spec on the fake's node, and the workload as controller owner (a Deployment's pods
-    skip the ReplicaSet level: they are owned by the Deployment itself)."""
+    """(name prefix, pod manifest) for one more pod of a ReplicaSet: labels, annotations and finalizers of its
+    template (a Deployment's ReplicaSet carries `pod-template-hash` there), the template's spec on the fake's node,
+    and the ReplicaSet as controller owner."""
     template = (workload.get("spec") or {}).get("template") or {}
     template_meta = template.get("metadata") or {}
     labels = dict(template_meta.get("labels") or {})
     name = str(workload["metadata"]["name"])
-    if kind == "Deployment":
-        pod_hash = template_hash(template)
-        labels[POD_TEMPLATE_HASH] = pod_hash
-        name = f"{name}-{pod_hash}"
     meta: Obj = {"labels": labels, "ownerReferences": [{
         "apiVersion": api_version, "kind": kind, "name": workload["metadata"]["name"],
         "uid": workload["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}]}

@@ -761,21 +761,24 @@ class _WorkloadController:
 
     def _deployment_event(self, deployment: Obj, message: str) -> None:
         """A Normal event ScalingReplicaSet on the Deployment, as the deployment-controller writes one."""
-        meta = deployment["metadata"]
+        self._event(DEPLOYMENTS, deployment, "Normal", "ScalingReplicaSet", message, "deployment-controller")
+
+    def _event(self, rt: ResourceType, workload: Obj, kind: str, reason: str, message: str, component: str) -> None:
+        """A core Event on the workload, as a controller's event recorder writes one (nothing if it cannot be)."""
+        meta = workload["metadata"]
         namespace, now = meta.get("namespace", ""), now_rfc3339()
         event = {"metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
-                 "involvedObject": {"apiVersion": "apps/v1", "kind": "Deployment", "namespace": namespace,
+                 "involvedObject": {"apiVersion": rt.api_version, "kind": rt.kind, "namespace": namespace,
                                     "name": meta["name"], "uid": meta["uid"]},
-                 "reason": "ScalingReplicaSet", "message": message, "type": "Normal",
-                 "source": {"component": "deployment-controller"}, "count": 1,
-                 "firstTimestamp": now, "lastTimestamp": now}
+                 "reason": reason, "message": message, "type": kind, "source": {"component": component},
+                 "count": 1, "firstTimestamp": now, "lastTimestamp": now}
         with contextlib.suppress(ApiError):
             self.store.create(CORE_EVENTS, namespace, event, manager="kube-controller-manager")
 
     def _start_pod(self, rt: ResourceType, workload: Obj) -> bool:
         """Create one pod of the workload as the ReplicaSet controller does, then report it running as the kubelet
         does; the test's pod hook may edit it first. A hook that raises is a failed create (False): no pod, a
-        FailedCreate event on the workload as the ReplicaSet controller writes one, and the error kept for
+        FailedCreate event on the ReplicaSet as the ReplicaSet controller writes one, and the error kept for
         FakeKube.stop, so that a test's mistake fails the test instead of killing the controller's thread (which
         left the test waiting for pods that never came)."""
         namespace = workload["metadata"].get("namespace", "")
@@ -803,20 +806,10 @@ class _WorkloadController:
 
     def _failed_create(self, rt: ResourceType, workload: Obj, why: str) -> None:
         """What the ReplicaSet controller does when a pod's create fails (pkg/controller/replicaset
-        `manageReplicas`): a Warning event FailedCreate, "Error creating: <error>", on the workload."""
-        self.failures.append(f"{rt.kind} {workload['metadata'].get('namespace', '')}/{workload['metadata']['name']}: "
-                             f"{why}")
+        `manageReplicas`): a Warning event FailedCreate, "Error creating: <error>", on the ReplicaSet."""
         meta = workload["metadata"]
-        namespace, now = meta.get("namespace", ""), now_rfc3339()
-        event = {"metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
-                              "namespace": namespace},
-                 "involvedObject": {"apiVersion": rt.api_version, "kind": rt.kind, "namespace": namespace,
-                                    "name": meta["name"], "uid": meta["uid"]},
-                 "reason": "FailedCreate", "message": f"Error creating: {why}", "type": "Warning",
-                 "source": {"component": "replicaset-controller"}, "count": 1,
-                 "firstTimestamp": now, "lastTimestamp": now}
-        with contextlib.suppress(ApiError):
-            self.store.create(CORE_EVENTS, namespace, event, manager="kube-controller-manager")
+        self.failures.append(f"{rt.kind} {meta.get('namespace', '')}/{meta['name']}: {why}")
+        self._event(rt, workload, "Warning", "FailedCreate", f"Error creating: {why}", "replicaset-controller")
 
     def _pod_turns_ready(self, namespace: str, name: str) -> None:
         pod = self.store.objects[PODS.key].get((namespace, name))
