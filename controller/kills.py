@@ -198,10 +198,31 @@ def record_scale_in(
     """The memory after a scale-in from `current` to `desired`, with the messages it is expected to stop."""
     if not counts_stops(spec) or per_replica is None or desired >= current or current == 0:
         return memory
-    expected = expected_stops(count, current, desired, per_replica, least_busy=spec.in_flight is not None)
-    if expected <= 0.0:
+    return add_stops(memory, now,
+                     expected_stops(count, current, desired, per_replica, least_busy=spec.in_flight is not None))
+
+
+def unchosen_stops(
+    spec: QueueScalerSpec, count: float, current: int, desired: int, per_replica: int | None
+) -> float:
+    """What the scale-in from `current` to `desired` stops beyond what `record_scale_in` counted, should its pods
+    not be the least busy of all after all (a rule with `inFlight` whose counts could not be read, or a rollout's
+    ReplicaSets each removing its own least busy): the removed pods' share of what is in flight, less what the
+    least busy hold. The reconciler adds it once the target says so (ScaleState.removal_blind). The share is what
+    a ReplicaSet choosing blind stops in expectation; in a rollout each ReplicaSet still removes its own least
+    busy, so it counts a little more than they stop, never less."""
+    if (not counts_stops(spec) or spec.in_flight is None or per_replica is None or desired >= current
+            or current == 0):
+        return 0.0
+    return max(0.0, expected_stops(count, current, desired, per_replica)
+               - expected_stops(count, current, desired, per_replica, least_busy=True))
+
+
+def add_stops(memory: ScalingMemory, now: float, stopped: float) -> ScalingMemory:
+    """The memory with `stopped` more messages stopped as of `now`."""
+    if stopped <= 0.0:
         return memory
-    return replace(memory, stopped=(now, stopped_now(memory, now) + expected))
+    return replace(memory, stopped=(now, stopped_now(memory, now) + stopped))
 
 
 def stop_floor(

@@ -276,6 +276,9 @@ class Decision:
     active: bool = False
     fallback: bool = False
     bounds: Bounds = field(default_factory=lambda: Bounds(0, 0))
+    # What a scale-in stops beyond what the memory's account counted, if its pods are not the least busy of all
+    # (kills.unchosen_stops): the reconciler adds it where the target says they were not.
+    unchosen_stops: float = 0.0
 
     @property
     def direction(self) -> int:
@@ -1107,6 +1110,7 @@ def _on_count(
     return replace(
         base, desired=final, reason=reason, message=f"{summary}; {message}", memory=memory,
         recommended=recommended, active=active,
+        unchosen_stops=kills.unchosen_stops(spec, count, current, final, size.per_replica),
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from controller import kills
 from controller.model.readings import Observation, ScaleEvent, ScalingMemory, SourceReading
 from controller.model.rule import QueueScaler
 from controller.net.slots import Slots
@@ -181,6 +182,9 @@ class Reconciler:
                 self._known = None
                 break
             self._keep(state, now)
+            if state.removal_blind:
+                # The pods removed were not the least busy of all, as the account assumed: it counts their share.
+                memory = kills.add_stops(memory, now, decision.unchosen_stops)
             scaled = ScaleEvent(now, decision.current, decision.desired)
             memory = memory.with_scale(now, decision.current, decision.desired)
             target_error = None

@@ -54,6 +54,12 @@ class Marking:
     written: int = 0
     problem: str | None = None
 
+    @property
+    def least_busy_of_all(self) -> bool:
+        """Whether the ReplicaSet removes the least busy of all the ready pods: the costs were written, and the
+        pods have one controller between them."""
+        return self.problem is None and len({c.owner for c in self.counts}) <= 1
+
     def words(self, before: int, after: int) -> str:
         """For the scale-in from `before` to `after` replicas: what the ready pods removed hold (the pods not
         ready go first), or why they were not chosen.

@@ -19,7 +19,10 @@ class ScaleState:
     replicas reaching the count asked (None until one is measured). The policy assumes it when the rule states no
     `startupTime` (policy.startup_time).
     `removal`: after a scale-in, how the pods removed were chosen (the rule's `inFlight`), for its event;
-    `removal_failed`: they could not be chosen by their work, and `removal` says why."""
+    `removal_failed`: they could not be chosen by their work, and `removal` says why.
+    `removal_blind`: they were not the least busy of all the ready ones (the choice failed, or a rollout's
+    ReplicaSets each removed its own), so the rule's account of stops counts their share of what is in flight
+    (controller/kills.py, `unchosen_stops`)."""
 
     replicas: int
     ready_replicas: int | None = None
@@ -28,6 +31,7 @@ class ScaleState:
     startup_seconds: float | None = None
     removal: str | None = None
     removal_failed: bool = False
+    removal_blind: bool = False
 
 
 @dataclass

@@ -144,7 +144,8 @@ class KubernetesScaleTarget:
                 self._superseded = (workload.version, None)
             raise
         if removal is not None:
-            written = dataclasses.replace(written, removal=removal[0], removal_failed=removal[1])
+            written = dataclasses.replace(written, removal=removal[0], removal_failed=removal[1],
+                                          removal_blind=removal[2])
         if cache is None or workload is None:
             return written
         written = dataclasses.replace(
@@ -155,21 +156,23 @@ class KubernetesScaleTarget:
         self._superseded = (workload.version, written)
         return written
 
-    async def _choose_removed(self, before: int, after: int) -> tuple[str, bool] | None:
+    async def _choose_removed(self, before: int, after: int) -> tuple[str, bool, bool] | None:
         """Before a scale-in of a rule with `inFlight`: write the pods' in-flight counts to their deletion cost.
-        Returns the words for the scale-in's event and whether the choice failed (None: nothing to choose)."""
+        Returns the words for the scale-in's event, whether the choice failed, and whether the pods that go are
+        other than the least busy of all (None: nothing to choose)."""
         if self.in_flight is None or after >= before:
             return None
         try:
             scale = await self._request("GET", await self._scale_path())
         except TargetError as error:
-            return f"pods removed as the ReplicaSet chooses: {error.message}", True
+            return f"pods removed as the ReplicaSet chooses: {error.message}", True, True
         selector = ((scale.get("status") or {}).get("selector") if isinstance(scale, dict) else None) or ""
         if not selector:
-            return f"pods removed as the ReplicaSet chooses: {self.description} reports no pod selector", True
+            return (f"pods removed as the ReplicaSet chooses: {self.description} reports no pod selector", True,
+                    True)
         marking = await mark_pods(self._api, self.namespace, str(selector), self.in_flight,
                                   request_timeout=self.request_timeout)
-        return marking.words(before, after), marking.problem is not None
+        return marking.words(before, after), marking.problem is not None, not marking.least_busy_of_all
 
     # ----------------------------------------------------------------------------------------------------------
 

@@ -206,7 +206,7 @@ class LocalProcessTarget:
         state = await self.read()
         if removal is None:
             return state
-        return replace(state, removal=removal[0], removal_failed=removal[1])
+        return replace(state, removal=removal[0], removal_failed=removal[1], removal_blind=removal[1])
 
     # ----------------------------------------------------------------------------------------------------------
     # Choosing what a scale-in stops

@@ -124,6 +124,10 @@ def test_pods_of_several_replicasets_are_not_called_the_least_busy_of_all() -> N
         "controller.kubernetes.io/pod-deletion-cost of 4)")
     same = Marking(counts=tuple(PodCount(c.name, c.in_flight, None, new) for c in marking.counts), written=4)
     assert same.words(4, 2).startswith("the 2 least busy of 4 ready pods go, holding 1 of the 7")
+    # What the account of stops is told (ScaleState.removal_blind): only one controller's pods, costs written, go
+    # as the least busy of all.
+    assert (same.least_busy_of_all, marking.least_busy_of_all) == (True, False)
+    assert not Marking(problem="pod a answered HTTP 503 on port 'x'").least_busy_of_all
     assert controller_of({"metadata": {"ownerReferences": [
         {"kind": "Deployment", "name": "x", "controller": False},
         {"kind": "ReplicaSet", "name": "renders-7b8d9c5f4", "controller": True}]}}) == new

@@ -20,6 +20,7 @@ import yaml
 from kubernetes import client as kube_client
 from kubernetes import config
 
+from controller import kills
 from tests.azurite import Azurite
 from tests.chart import render
 from tests.fakekube.resources import Obj
@@ -36,6 +37,7 @@ from tests.operator_harness import (
     replicas,
     rule,
     secret,
+    status,
     wait_for,
 )
 
@@ -88,7 +90,22 @@ def cluster(pods: Pods) -> Iterator[FakeKube]:
         fake.stop()
 
 
-def setup(cluster: FakeKube, azurite: Azurite, tmp_path: Path, name: str) -> kube_client.ApiClient:
+# The harness's policy with a wait objective and 10 messages a pod, its workers killed on scale-in (the default):
+# the rule keeps the account of what its scale-ins stop (controller/kills.py), in its status's memory.
+ACCOUNTED = {"targetPerReplica": 10, "messagesPerReplica": 10, "serviceTime": "1s", "targetWaitSeconds": "5m",
+             "scaleDown": {"stabilizationWindow": 0, "delay": 0}, "scaleToZeroDelay": "2s"}
+# 15 in flight on 4 pods of 10 slots, 2 removed: their share is 15 x 2/4 = 7.5; the 2 least busy hold, in
+# expectation, kills.least_busy_hold(15, 4, 10, 2), about 5.5.
+SHARE = 7.5
+
+
+def stopped(cluster: FakeKube, name: str) -> float:
+    """What the rule's account says its scale-ins stopped."""
+    pair = status(cluster, name)["memory"]["stopped"]
+    return float(pair[1])
+
+
+def setup(cluster: FakeKube, azurite: Azurite, tmp_path: Path, name: str, **spec: Any) -> kube_client.ApiClient:
     """Four worker pods; a queue whose 15 messages ask for 2 (10 a replica); a rule naming their counts."""
     api = config.new_client_from_config(config_file=str(cluster.write_kubeconfig(tmp_path / "admin")))
     queue = queue_name()
@@ -96,7 +113,7 @@ def setup(cluster: FakeKube, azurite: Azurite, tmp_path: Path, name: str) -> kub
     deployment(api, name, 4)
     wait_for("four ready pods", lambda: len([p for p in cluster.workload_pods(name, NS) if _ready(p)]) == 4)
     secret(api, f"{name}-queue", {"connection": azurite.connection_string}, allowed_rules=name)
-    rule(api, name, queue, f"{name}-queue", inFlight={"port": "in-flight"})
+    rule(api, name, queue, f"{name}-queue", inFlight={"port": "in-flight"}, **spec)
     return api
 
 
@@ -122,11 +139,14 @@ def scaled_down(cluster: FakeKube, name: str) -> list[dict[str, Any]]:
 def test_the_idle_pods_go_and_the_busy_keep_their_work(
     cluster: FakeKube, pods: Pods, azurite: Azurite, tmp_path: Path
 ) -> None:
-    setup(cluster, azurite, tmp_path, "renders")
+    setup(cluster, azurite, tmp_path, "renders", policy=ACCOUNTED)
     operator = Operator(cluster.write_kubeconfig(tmp_path / "operator"), tmp_path / "operator.log").start()
     try:
         wait_for("the scale-in to 2", lambda: replicas(cluster, "renders") == 2 and
                  len(cluster.workload_pods("renders", NS)) == 2, timeout=30)
+        # The least busy of all went: the account counts what they hold in expectation, not their share.
+        assert wait_for("the account", lambda: stopped(cluster, "renders")) == pytest.approx(
+            kills.least_busy_hold(15.0, 4, 10, 2), rel=0.01)
         kept = kubectl_costs(cluster.write_kubeconfig(tmp_path / "kubectl"))
         assert sorted(pods.count_of_port[port] for port in kept) == [2, 3]  # the two holding nothing went
         assert {pods.count_of_port[port]: cost for port, cost in kept.items()} == {3: "3", 2: "2"}
@@ -175,7 +195,7 @@ def test_a_scale_in_during_a_rollout_does_not_call_its_pods_the_least_busy_of_al
         (1, 1), (4, 2)], timeout=20)
     subprocess.run([*run, "rollout", "pause", "deployment/renders"], check=True, timeout=30, capture_output=True)
     secret(api, "renders-queue", {"connection": azurite.connection_string}, allowed_rules="renders")
-    rule(api, "renders", queue, "renders-queue", inFlight={"port": "in-flight"})
+    rule(api, "renders", queue, "renders-queue", inFlight={"port": "in-flight"}, policy=ACCOUNTED)
     operator = Operator(cluster.write_kubeconfig(tmp_path / "operator"), tmp_path / "operator.log").start()
     try:
         wait_for("the scale-in to 2", lambda: replicas(cluster, "renders") == 2, timeout=30)
@@ -188,6 +208,9 @@ def test_a_scale_in_during_a_rollout_does_not_call_its_pods_the_least_busy_of_al
             rf"the \d least busy of \d ready pods hold \(counts written to {re.escape(COST)} of \d\)$",
             event["message"]), event["message"]
         assert "ready pods go" not in event["message"]
+        # Nor does the account of stops count what the least busy of all would hold: it counts the pods' share.
+        # Before, it counted kills.least_busy_hold(15, 4, 10, 2), about 5.5.
+        assert stopped(cluster, "renders") == pytest.approx(SHARE, rel=0.01)
         # The split is the Deployment controller's (sync.go `scale`): the new ReplicaSet, the larger, gives 2 (its
         # two pods not yet ready); with its 2 left available it is saturated, so the old one's ready pod goes too,
         # whatever its count.
@@ -236,7 +259,7 @@ def test_a_pod_that_cannot_be_read_leaves_every_cost_alone(
     cluster: FakeKube, pods: Pods, azurite: Azurite, tmp_path: Path
 ) -> None:
     pods.servers[1].script = always(Reply(status=503, body=b"starting"))  # the second pod made answers 503
-    setup(cluster, azurite, tmp_path, "renders")
+    setup(cluster, azurite, tmp_path, "renders", policy=ACCOUNTED)
     operator = Operator(cluster.write_kubeconfig(tmp_path / "operator"), tmp_path / "operator.log").start()
     try:
         wait_for("the scale-in to 2", lambda: replicas(cluster, "renders") == 2, timeout=30)
@@ -248,5 +271,7 @@ def test_a_pod_that_cannot_be_read_leaves_every_cost_alone(
         assert "starting" not in unread["message"]
         assert all(COST not in (p["metadata"].get("annotations") or {})
                    for p in cluster.workload_pods("renders", NS))
+        # The ReplicaSet chose blind, so the account counts the removed pods' share of what is in flight.
+        assert stopped(cluster, "renders") == pytest.approx(SHARE, rel=0.01)
     finally:
         operator.stop()

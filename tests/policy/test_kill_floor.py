@@ -93,6 +93,19 @@ def test_the_account_of_a_rule_told_the_pods_counts_takes_what_the_least_busy_ho
     assert memory.stopped[1] == pytest.approx(1.55, abs=0.01)
 
 
+def test_what_a_scale_in_stops_beyond_the_account_if_its_pods_are_not_the_least_busy_is_the_rest_of_the_share() -> None:
+    told = make_spec(policy=RENDERS, inFlight={"port": "in-flight"})
+    # 8 in flight on 10 pods of 2 slots, 5 removed: the share is 4, the least busy hold about 1.55.
+    assert kills.unchosen_stops(told, count=8, current=10, desired=5, per_replica=2) == pytest.approx(
+        4.0 - kills.least_busy_hold(8.0, 10, 2, 5))
+    # Nothing where the account counted the share already, or keeps none, or nothing is removed.
+    assert kills.unchosen_stops(make_spec(policy=RENDERS), 8, 10, 5, 2) == 0.0
+    assert kills.unchosen_stops(make_spec(policy={**RENDERS, "onScaleIn": "drain"}, inFlight={"port": "x"}),
+                                8, 10, 5, 2) == 0.0
+    assert kills.unchosen_stops(told, 8, 10, 10, 2) == 0.0
+    assert kills.unchosen_stops(told, 8, 10, 5, None) == 0.0
+
+
 def test_the_floor_holds_only_once_the_stops_pass_half_a_percent_of_the_messages_completed() -> None:
     spec = make_spec(policy=RENDERS)
     under = replace(SPENT, stopped=(0.0, 3.5))

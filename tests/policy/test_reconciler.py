@@ -6,6 +6,9 @@ import asyncio
 import itertools
 from dataclasses import dataclass, field, replace
 
+import pytest
+
+from controller import kills
 from controller.model.readings import Reason, ScaleEvent, SourceReading
 from controller.net.slots import Slots
 from controller.reconciler import Reconciler
@@ -367,3 +370,36 @@ async def test_after_another_leader_the_rule_takes_its_memory_and_records_no_han
     reconciler.forget_target_state()
     clock.time += 10
     assert (await reconciler.tick()).memory.hand_scales == ()
+
+
+# Renders of 40 s, two per pod, killed on scale-in, a 5-minute objective, released at once; told the pods' counts.
+TOLD = {"targetWaitSeconds": "5m", "serviceTime": "40s", "messagesPerReplica": 2, "startupTime": "45s",
+        "scaleDown": {"stabilizationWindow": 0, "delay": 0}}
+
+
+class BlindTarget(MemoryTarget):
+    """A target whose scale-ins remove pods other than the least busy of all (the counts could not be read, or a
+    rollout's ReplicaSets each removed their own)."""
+
+    async def scale(self, replicas: int, read: ScaleState) -> ScaleState:
+        return replace(await super().scale(replicas, read), removal="as the ReplicaSet chooses", removal_failed=True,
+                       removal_blind=True)
+
+
+async def test_a_scale_in_whose_pods_were_not_the_least_busy_counts_their_share_of_what_is_in_flight() -> None:
+    # 8 in flight on 10 pods of 2 slots, released to 4: the 6 least busy hold about 2.45 of them, the 6 pods' share
+    # is 8 x 6/10 = 4.8. The account counts what the target says went (kills.unchosen_stops).
+    told = rule(policy=TOLD, inFlight={"port": "in-flight"})
+    chosen = await Reconciler(told, [QueueSource([8])], MemoryTarget(replicas=10), VirtualClock()).tick()
+    blind = await Reconciler(told, [QueueSource([8])], BlindTarget(replicas=10), VirtualClock()).tick()
+    for result in (chosen, blind):
+        assert result.scaled is not None and result.scaled.to_replicas == 4
+    assert chosen.memory.stopped is not None and blind.memory.stopped is not None
+    assert chosen.memory.stopped[1] == pytest.approx(kills.least_busy_hold(8.0, 10, 2, 6))
+    assert chosen.memory.stopped[1] == pytest.approx(2.45, abs=0.01)
+    assert blind.memory.stopped[1] == pytest.approx(4.8)
+    # A rule not told the counts counted the share already (and released less, to stay within its budget):
+    # nothing more is added.
+    untold = await Reconciler(rule(policy=TOLD), [QueueSource([8])], BlindTarget(replicas=10), VirtualClock()).tick()
+    assert untold.scaled is not None and untold.memory.stopped is not None
+    assert untold.memory.stopped[1] == pytest.approx(8 * (10 - untold.scaled.to_replicas) / 10)
