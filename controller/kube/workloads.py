@@ -11,7 +11,10 @@ the one to write against.
 
 The cache also measures each target's start-up time: from a scale-up this operator asked for (the time it asked
 and the count) to the moment the watch shows readyReplicas reaching that count, once the workload's controller
-has seen the new spec (status.observedGeneration at least the generation that carries it).
+has seen the new spec (status.observedGeneration at least the generation that carries it). Not during a
+Deployment's rollout (asked or met while pods of an older template remain): its ready count then includes surge
+pods that started before the ask, and a paused rollout can hold more ready than asked, so the time from the ask
+says how soon the rollout's pods came, not how long a pod takes to start.
 
 Without RBAC to list a kind (403), the scope is logged once and left unwatched: its targets are read through
 /scale as before, with ready replicas unknown.
@@ -67,9 +70,13 @@ class Workload:
     version: str  # metadata.resourceVersion: also its Scale's
     generation: int
     observed_generation: int
+    # A Deployment's rollout under way: pods of an older template still run beside the new ones (status.replicas
+    # above status.updatedReplicas; upstream's DeploymentComplete needs them equal). Its ready count then holds
+    # surge pods started before any scale-up, so a scale-up met then measures no start-up.
+    rolling: bool = False
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> Workload | None:
+    def of(cls, obj: Mapping[str, Any], kind: str = "Deployment") -> Workload | None:
         meta, spec, status = (obj.get(k) for k in ("metadata", "spec", "status"))
         if not isinstance(meta, dict):
             return None
@@ -82,6 +89,8 @@ class Workload:
             version=str(meta.get("resourceVersion") or ""),
             generation=_int(meta.get("generation"), 0),
             observed_generation=_int(status.get("observedGeneration"), 0),
+            rolling=kind == "Deployment"
+            and _int(status.get("replicas"), 0) > _int(status.get("updatedReplicas"), 0),
         )
 
 
@@ -98,6 +107,7 @@ class ScaleUp:
     asked_at: float
     written_against: str | None  # the resourceVersion the write carried: events at it are from before the write
     generation: int | None = None  # the generation that carries it, once the watch shows it
+    rolling: bool = False  # asked during a rollout: not measured when met
 
 
 class WorkloadCache:
@@ -162,7 +172,8 @@ class WorkloadCache:
     def asked(self, kind: str, namespace: str, name: str, replicas: int, written_against: str | None) -> ScaleUp:
         """Note, right before the write, that we are asking for `replicas`; `withdraw` it if the write fails."""
         key = (kind, namespace, name)
-        ask = ScaleUp(key, replicas, self.now(), written_against)
+        seen = self._objects.get(key)
+        ask = ScaleUp(key, replicas, self.now(), written_against, rolling=seen is not None and seen.rolling)
         asks = self._asks.setdefault(key, [])
         asks.append(ask)
         del asks[:-MAX_ASKS]
@@ -193,7 +204,8 @@ class WorkloadCache:
                 if workload.replicas < ask.replicas:
                     continue  # scaled down before the pods came: this start-up will not be measured
                 if workload.observed_generation >= ask.generation and workload.ready_replicas >= ask.replicas:
-                    measured = now - ask.asked_at  # the later ask of those met together: the last measured
+                    if not (ask.rolling or workload.rolling):
+                        measured = now - ask.asked_at  # the later ask of those met together: the last measured
                     continue
             kept.append(ask)
         if kept:
@@ -223,7 +235,7 @@ class WorkloadCache:
 
     def _upsert(self, kind: str, obj: dict[str, Any]) -> WorkloadKey | None:
         meta = obj.get("metadata")
-        workload = Workload.of(obj)
+        workload = Workload.of(obj, kind)
         if not isinstance(meta, dict) or workload is None or not meta.get("name"):
             return None
         key = (kind, str(meta.get("namespace") or ""), str(meta["name"]))

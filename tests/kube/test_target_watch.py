@@ -279,12 +279,15 @@ class Clock:
 
 
 def deployment_seen(replicas_asked: int, ready: int, *, version: int, generation: int, observed: int,
-                    uid: str = "u1") -> dict[str, Any]:
-    """A Deployment as a watch event carries it (only the fields the cache reads)."""
+                    uid: str = "u1", old: int = 0) -> dict[str, Any]:
+    """A Deployment as a watch event carries it (only the fields the cache reads); `old`: pods of an older
+    template beside the `ready` ones of the current (a rollout under way)."""
+    counts = {"replicas": ready + old, "updatedReplicas": ready} if old else {}
     return {"metadata": {"name": "w", "namespace": NS, "uid": uid, "resourceVersion": str(version),
                          "generation": generation},
             "spec": {"replicas": replicas_asked},
-            "status": {"observedGeneration": observed, **({"readyReplicas": ready} if ready else {})}}
+            "status": {"observedGeneration": observed, **({"readyReplicas": ready + old} if ready + old else {}),
+                       **counts}}
 
 
 async def test_start_up_counts_from_our_ask_to_ready_once_the_controller_saw_the_new_spec() -> None:
@@ -325,3 +328,35 @@ async def test_a_scale_up_undone_before_its_pods_came_is_not_measured_and_a_new_
     assert cache.startup_seconds("Deployment", NS, "w") is None
     await handler.delete(deployment_seen(9, 9, version=21, generation=1, observed=1, uid="u2"))
     assert cache.get("Deployment", NS, "w") is None
+
+
+async def test_a_scale_up_asked_or_met_during_a_rollout_measures_no_start_up() -> None:
+    # A rollout's ready count holds surge pods that started before the ask: a paused rollout with 3 ready of a spec
+    # of 2 meets an ask for 3 at once. Neither that nor an ask met while old pods remain is a start-up; the first
+    # ask once the rollout is complete is.
+    clock = Clock()
+    cache = WorkloadCache(now=clock.now)
+    handler = cache.handler("Deployment")
+    await handler.sync(None, [deployment_seen(2, 1, version=10, generation=2, observed=2, old=2)])
+    cache.asked("Deployment", NS, "w", 3, written_against="10")
+    clock.time += 0.2
+    await handler.upsert(deployment_seen(3, 1, version=11, generation=3, observed=3, old=2))
+    assert cache.startup_seconds("Deployment", NS, "w") is None
+    # Asked once the old pods were gone from the count, met while a new rollout began: not measured either.
+    await handler.upsert(deployment_seen(3, 3, version=12, generation=3, observed=3))
+    cache.asked("Deployment", NS, "w", 4, written_against="12")
+    clock.time += 2.0
+    await handler.upsert(deployment_seen(4, 3, version=13, generation=4, observed=4, old=1))
+    assert cache.startup_seconds("Deployment", NS, "w") is None
+    await handler.upsert(deployment_seen(4, 4, version=14, generation=4, observed=4))
+    cache.asked("Deployment", NS, "w", 6, written_against="14")
+    clock.time += 2.5
+    await handler.upsert(deployment_seen(6, 6, version=15, generation=5, observed=5))
+    assert cache.startup_seconds("Deployment", NS, "w") == pytest.approx(2.5)
+    # A StatefulSet replaces its pods in place, no surge: its updatedReplicas say nothing of the count.
+    sets = cache.handler("StatefulSet")
+    await sets.sync(None, [{**deployment_seen(2, 2, version=30, generation=1, observed=1, old=1)}])
+    cache.asked("StatefulSet", NS, "w", 3, written_against="30")
+    clock.time += 1.0
+    await sets.upsert(deployment_seen(3, 2, version=31, generation=2, observed=2, old=1))
+    assert cache.startup_seconds("StatefulSet", NS, "w") == pytest.approx(1.0)
