@@ -91,12 +91,27 @@ class Operator:
         return process.returncode
 
 
+def install_rules(fake: FakeKube) -> FakeKube:
+    """The QueueScaler CRD installed in `fake`, and the test namespace."""
+    fake.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
+    fake.ensure_namespace(NS)
+    return fake
+
+
 @pytest.fixture
 def kube(fake_kube: FakeKube) -> FakeKube:
     """The fake API server with the QueueScaler CRD installed and the test namespace."""
-    fake_kube.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
-    fake_kube.ensure_namespace(NS)
-    return fake_kube
+    return install_rules(fake_kube)
+
+
+def cluster_with_pods(pod_hook: Callable[[Any], None] | None = None) -> Iterator[FakeKube]:
+    """A fake API server whose workload controllers make pods (`pod_hook` sees each new one), with the rules
+    installed; stopped when the generator is closed. For a fixture to yield from."""
+    fake = FakeKube(bookmark_interval=0.2, pods=True, pod_hook=pod_hook).start()
+    try:
+        yield install_rules(fake)
+    finally:
+        fake.stop()
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client as kube_client
 from kubernetes import config
 
@@ -30,6 +29,7 @@ from tests.operator_harness import (
     NS,
     ROOT,
     Operator,
+    cluster_with_pods,
     deployment,
     events,
     make_queue,
@@ -81,13 +81,7 @@ def pods() -> Iterator[Pods]:
 
 @pytest.fixture
 def cluster(pods: Pods) -> Iterator[FakeKube]:
-    fake = FakeKube(bookmark_interval=0.2, pods=True, pod_hook=pods.hook).start()
-    try:
-        fake.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
-        fake.ensure_namespace(NS)
-        yield fake
-    finally:
-        fake.stop()
+    yield from cluster_with_pods(pods.hook)
 
 
 # The harness's policy with a wait objective and 10 messages a pod, its workers killed on scale-in (the default):
@@ -189,7 +183,11 @@ def test_a_scale_in_during_a_rollout_does_not_call_its_pods_the_least_busy_of_al
     def sets() -> list[Obj]:
         return cluster.list_objects("apps/v1", "ReplicaSet", NS)
 
-    # Surge 1, unavailable 1: new 2 and old 3, then once those 2 are ready old 1 and new 4 (2 of them ready).
+    # Surge 1, unavailable 1: new 2 and old 3, then once those 2 are ready old 1 and new 4 (2 of them ready). The
+    # second step's pods take long enough that the pause comes before they are ready, however slow the machine.
+    wait_for("the rollout's first step", lambda: sorted(int(rs["spec"]["replicas"]) for rs in sets()) == [2, 3],
+             timeout=20)
+    cluster.set_ready_delay(30.0)
     wait_for("ready pods in both ReplicaSets", lambda: sorted(
         (int(rs["spec"]["replicas"]), int(rs["status"].get("readyReplicas") or 0)) for rs in sets()) == [
         (1, 1), (4, 2)], timeout=20)

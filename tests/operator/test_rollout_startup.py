@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from kubernetes import config
 
 from tests.azurite import Azurite
@@ -25,6 +24,7 @@ from tests.operator_harness import (
     NS,
     ROOT,
     Operator,
+    cluster_with_pods,
     deployment,
     make_queue,
     queue_name,
@@ -41,13 +41,7 @@ START = 3.0  # seconds a new pod takes to be ready
 
 @pytest.fixture
 def cluster() -> Iterator[FakeKube]:
-    fake = FakeKube(bookmark_interval=0.2, pods=True).start()
-    try:
-        fake.create(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
-        fake.ensure_namespace(NS)
-        yield fake
-    finally:
-        fake.stop()
+    yield from cluster_with_pods()
 
 
 def counts(cluster: FakeKube, name: str) -> dict[str, Any]:
@@ -65,18 +59,19 @@ def test_a_scale_up_met_by_a_paused_rollouts_surge_pods_is_not_a_start_up(
     messages = make_queue(azurite, queue, 0)
     deployment(api, "renders", 4)
     wait_for("four ready pods", lambda: counts(cluster, "renders")["readyReplicas"] == 4)
-    cluster.set_ready_delay(START)
+    cluster.set_ready_delay(2 * START)  # the rollout's first pods: time enough to pause before they are ready
     subprocess.run([*run, "set", "image", "deployment/renders", "worker=worker:2"], check=True, timeout=30,
                    capture_output=True)
 
     def sets() -> list[Obj]:
         return cluster.list_objects("apps/v1", "ReplicaSet", NS)
 
-    # Surge 1, unavailable 1: new 2 and old 3 at once. Paused there (before the new pods are ready, 3 s), the new
+    # Surge 1, unavailable 1: new 2 and old 3 at once. Paused there (before the new pods are ready, 6 s), the new
     # ReplicaSet is not saturated (2 of 4), so nothing more moves: once its pods are ready, 5 ready for a spec of 4.
     wait_for("pods in both ReplicaSets", lambda: sorted(int(rs["spec"]["replicas"]) for rs in sets()) == [2, 3],
              timeout=20)
     subprocess.run([*run, "rollout", "pause", "deployment/renders"], check=True, timeout=30, capture_output=True)
+    cluster.set_ready_delay(START)
     wait_for("5 ready for 4", lambda: counts(cluster, "renders") == {
         "replicas": 5, "updatedReplicas": 2, "readyReplicas": 5}, timeout=20,
         describe=lambda: f"{counts(cluster, 'renders')} {[(rs['spec'], rs['status']) for rs in sets()]}")
