@@ -76,7 +76,7 @@ class Workload:
     rolling: bool = False
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any], kind: str = "Deployment") -> Workload | None:
+    def of(cls, obj: Mapping[str, Any], kind: str) -> Workload | None:
         meta, spec, status = (obj.get(k) for k in ("metadata", "spec", "status"))
         if not isinstance(meta, dict):
             return None
