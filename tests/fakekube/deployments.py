@@ -10,8 +10,9 @@ Upstream (read, not copied): k8s.io/kubernetes `pkg/controller/deployment/sync.g
 feature gates at their defaults (no `terminatingReplicas`). The rows of upstream's own tables (TestScale,
 TestResolveFenceposts, TestNewRSNewReplicas, the rolling tests) are in tests/kube/test_fake_deployments.py.
 
-Defaults the API server would have written (the fake does not default built-ins) are read here where a field is
-missing: strategy RollingUpdate with maxSurge and maxUnavailable 25 %, progressDeadlineSeconds 600.
+The Deployments read here are as the fake's API server stored them, defaulted on every write
+(tests/fakekube/strategies.py, SetDefaults_Deployment): a RollingUpdate has its maxSurge and maxUnavailable, so the
+strategy is read as it is, as upstream's controller reads it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
 _NOT_COPIED = frozenset({"kubectl.kubernetes.io/last-applied-configuration", REVISION,
                          "deployment.kubernetes.io/revision-history", DESIRED_REPLICAS, MAX_REPLICAS,
                          "deprecated.deployment.rollback.to"})
-DEFAULT_SURGE = DEFAULT_UNAVAILABLE = "25%"
 
 
 class StrategyError(ValueError):
@@ -62,15 +62,13 @@ def annotation_int(obj: Obj, key: str) -> int | None:
 
 def is_rolling(deployment: Obj) -> bool:
     strategy = (deployment.get("spec") or {}).get("strategy") or {}
-    return bool(strategy.get("type", "RollingUpdate") == "RollingUpdate")
+    return bool(strategy.get("type") == "RollingUpdate")
 
 
-def _rolling_field(deployment: Obj, field: str, default: str) -> object:
+def _rolling_field(deployment: Obj, field: str) -> object:
+    """maxSurge or maxUnavailable as stored (None where absent, which ResolveFenceposts reads as 0)."""
     strategy = (deployment.get("spec") or {}).get("strategy") or {}
-    rolling = strategy.get("rollingUpdate")
-    if rolling is None:  # the API server defaults the block and each field of it to 25 %
-        return default
-    return rolling.get(field, default)
+    return (strategy.get("rollingUpdate") or {}).get(field)
 
 
 def scaled_value(value: object, total: int, round_up: bool) -> int:
@@ -103,8 +101,8 @@ def max_surge(deployment: Obj) -> int:
     if not is_rolling(deployment):
         return 0
     try:
-        return resolve_fenceposts(_rolling_field(deployment, "maxSurge", DEFAULT_SURGE),
-                                  _rolling_field(deployment, "maxUnavailable", DEFAULT_UNAVAILABLE),
+        return resolve_fenceposts(_rolling_field(deployment, "maxSurge"),
+                                  _rolling_field(deployment, "maxUnavailable"),
                                   replicas(deployment))[0]
     except StrategyError:
         return 0
@@ -115,8 +113,8 @@ def max_unavailable(deployment: Obj) -> int:
     if not is_rolling(deployment) or wanted == 0:
         return 0
     try:
-        unavailable = resolve_fenceposts(_rolling_field(deployment, "maxSurge", DEFAULT_SURGE),
-                                         _rolling_field(deployment, "maxUnavailable", DEFAULT_UNAVAILABLE),
+        unavailable = resolve_fenceposts(_rolling_field(deployment, "maxSurge"),
+                                         _rolling_field(deployment, "maxUnavailable"),
                                          wanted)[1]
     except StrategyError:
         return 0
@@ -330,7 +328,7 @@ def new_rs_new_replicas(deployment: Obj, all_sets: Sequence[Obj], new: Obj) -> i
     """NewRSNewReplicas: the new ReplicaSet grows while every ReplicaSet's replicas stay within size + maxSurge."""
     if not is_rolling(deployment):
         return replicas(deployment)
-    surge = scaled_value(_rolling_field(deployment, "maxSurge", DEFAULT_SURGE), replicas(deployment), True)
+    surge = max_surge(deployment)  # GetScaledValueFromIntOrPercent(maxSurge, replicas, round up)
     current = sum(replicas(rs) for rs in all_sets)
     most = replicas(deployment) + surge
     if current >= most:

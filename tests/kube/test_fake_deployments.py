@@ -168,9 +168,13 @@ def test_new_rs_new_replicas_as_upstreams_table(recreate: bool, size: int, new: 
 
 
 def test_an_unset_strategy_is_the_api_servers_default_of_25_percent() -> None:
-    d = deployment(10)
-    del d["spec"]["strategy"]
-    assert (fd.max_surge(d), fd.max_unavailable(d)) == (3, 2)  # 25 % of 10, rounded up and down
+    """The API server defaults the strategy (tests/kube/test_fake_defaults.py has SetDefaults_Deployment's rows);
+    the controller reads the Deployment as stored."""
+    with FakeKube() as server:
+        d = deployment(10)
+        del d["spec"]["strategy"]
+        stored = server.create({"apiVersion": "apps/v1", "kind": "Deployment", **d})
+    assert (fd.max_surge(stored), fd.max_unavailable(stored)) == (3, 2)  # 25 % of 10, rounded up and down
 
 
 # ----------------------------------------------------------------------------------------------------------------
