@@ -635,8 +635,7 @@ class _WorkloadController:
             if owned:
                 status["fullyLabeledReplicas"] = len(owned)
             if workload.get("status") != status:
-                self.store.update(rt, key[1], key[2], {"metadata": {"name": key[2]}, "status": status},
-                                  subresource="status", manager="kube-controller-manager")
+                self._write_status(rt, key[1], key[2], status)
         except ApiError:
             pass  # e.g. its namespace is terminating: the real controller gives up on the pods too
         finally:
@@ -715,16 +714,23 @@ class _WorkloadController:
                 "NewReplicaSetCreated", f'Created new replica set "{created["metadata"]["name"]}"', now_rfc3339())
         revision = None if new is None else (new["metadata"].get("annotations") or {}).get(
             fake_deployments.REVISION)
-        if revision is not None and (current["metadata"].get("annotations") or {}).get(
-                fake_deployments.REVISION) != revision:
-            body = self.store.get(DEPLOYMENTS, namespace, name)
-            body["metadata"].setdefault("annotations", {})[fake_deployments.REVISION] = revision
-            self.store.update(DEPLOYMENTS, namespace, name, body, manager="kube-controller-manager")
-            current = self.store.objects[DEPLOYMENTS.key][(namespace, name)]
-        if current.get("status") != status:
-            self.store.update(DEPLOYMENTS, namespace, name, {"metadata": {"name": name}, "status": status},
-                              subresource="status", manager="kube-controller-manager")
+        annotations = dict(current["metadata"].get("annotations") or {})
+        if revision is not None:
+            annotations[fake_deployments.REVISION] = revision
+        if current.get("status") != status or annotations != (current["metadata"].get("annotations") or {}):
+            # The revision goes with the status, through /status (getNewReplicaSet's UpdateStatus, after
+            # SetDeploymentRevision): the Deployment's generation stays, as a fresh one's is 1.
+            self._write_status(DEPLOYMENTS, namespace, name, status, annotations=annotations)
         return changed
+
+    def _write_status(self, rt: ResourceType, namespace: str, name: str, status: Obj, *,
+                      annotations: Obj | None = None) -> None:
+        """A controller's UpdateStatus: the object as stored (with `annotations`, where given), and `status`."""
+        body = self.store.get(rt, namespace, name)
+        if annotations is not None:
+            body["metadata"]["annotations"] = annotations
+        body["status"] = status
+        self.store.update(rt, namespace, name, body, subresource="status", manager="kube-controller-manager")
 
     def _create_set(self, deployment: Obj, olds: list[Obj]) -> Obj:
         """getNewReplicaSet's create, with the ScalingReplicaSet event; its pods made at once."""
@@ -839,8 +845,7 @@ class _WorkloadController:
             obj = self.store.objects[rt.key].get((key[1], key[2]))
             if obj is None:
                 return
-            self.store.update(rt, key[1], key[2], {"metadata": {"name": key[2]}, "status": self._status(obj)},
-                              subresource="status", manager="kube-controller-manager")
+            self._write_status(rt, key[1], key[2], self._status(obj))
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="fakekube-controller", daemon=True)
@@ -1012,9 +1017,15 @@ class _Handler(BaseHTTPRequestHandler):
             raise ApiError(415, "UnsupportedMediaType",
                            f'the body of the request was in an unknown format - accepted media types include: '
                            f'application/json (the fake API server does not do server-side apply: "{content_type}")')
+        if content_type != "application/json" and not content_type.endswith("patch+json"):
+            # A typed client (kubectl create deployment, client-go) sends built-in kinds as protobuf, which the
+            # fake cannot decode: refused as the real server refuses a media type it has no serializer for.
+            raise ApiError(415, "UnsupportedMediaType",
+                           "the body of the request was in an unknown format - accepted media types include: "
+                           f'application/json (the fake API server decodes no "{content_type}")')
         try:
             return json.loads(raw_body or b"null")
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise bad_request(f"couldn't get version/kind; json parse error: {error}") from error
 
     def _api(self, method: str, path: str, params: dict[str, str], raw_body: bytes) -> None:

@@ -398,12 +398,13 @@ class Store:
         if subresource == "status":
             if not rt.status_subresource:
                 raise not_found(rt, name)
-            # Only status changes through /status; metadata and spec stay as stored.
+            # Only status changes through /status, and for the workloads some metadata; spec stays as stored.
             new = copy.deepcopy(current)
             if "status" in body:
                 new["status"] = body["status"]
             else:
                 new.pop("status", None)
+            strategies.prepare_status(rt, new, body)
         elif subresource:
             raise not_found(rt, name)
         else:

@@ -29,6 +29,28 @@ def prepare(rt: ResourceType, obj: Obj) -> None:
         _default_replica_set(obj)
 
 
+# What a write through a workload's /status may change besides the status (the registries' status strategies,
+# `PrepareForUpdate`): a Deployment's keeps its spec and labels, a ReplicaSet's and a StatefulSet's only their spec
+# (pkg/registry/apps/*/strategy.go; upstream `TestStatusUpdates` in pkg/registry/apps/deployment/strategy_test.go:
+# a label sent is dropped, an annotation kept). Other metadata (finalizers, ownerReferences) is not modelled: it
+# stays as stored, as it does for every other kind, whose status writes change the status only.
+STATUS_METADATA = {DEPLOYMENTS.key: ("annotations",), REPLICASETS.key: ("annotations", "labels"),
+                   STATEFULSETS.key: ("annotations", "labels")}
+
+
+def prepare_status(rt: ResourceType, new: Obj, body: Obj) -> None:
+    """`new`, the stored object with the written status, takes the metadata the kind's status strategy lets a
+    status write change from `body`: as sent, and absent where the body leaves it out (the object written
+    replaces the stored one but for what the strategy keeps)."""
+    given = body.get("metadata")
+    sent: Obj = given if isinstance(given, dict) else {}
+    for key in STATUS_METADATA.get(rt.key, ()):
+        if sent.get(key):
+            new["metadata"][key] = sent[key]
+        else:
+            new["metadata"].pop(key, None)
+
+
 def _unset(value: object) -> bool:
     """What a Go field decodes to when the JSON leaves it out: nil for a pointer, "" for a string."""
     return value is None or value == ""
