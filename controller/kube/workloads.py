@@ -35,6 +35,7 @@ from urllib.parse import quote
 from controller.kube.api import KubeApi
 from controller.kube.errors import KubeError
 from controller.kube.rules import RuleWatcher, until_listable
+from controller.model.readings import StartupTimes
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ class WorkloadCache:
         self._objects: dict[WorkloadKey, Workload] = {}
         self._synced: dict[str, set[str | None]] = {kind: set() for _, kind in WATCHED_KINDS}
         self._asks: dict[WorkloadKey, list[ScaleUp]] = {}
-        self._startup: dict[WorkloadKey, float] = {}
+        self._startup: dict[WorkloadKey, StartupTimes] = {}
 
     # ---------------------------------------------------------------------------------------------- first list
 
@@ -161,8 +162,10 @@ class WorkloadCache:
         return self._objects.get((kind, namespace, name))
 
     def startup_seconds(self, kind: str, namespace: str, name: str) -> float | None:
-        """The last measured start-up time of this workload, or None."""
-        return self._startup.get((kind, namespace, name))
+        """The start-up time of this workload the policy assumes: the lower median of its last measured (None
+        until one is)."""
+        times = self._startup.get((kind, namespace, name))
+        return None if times is None else times.value
 
     def __len__(self) -> int:
         return len(self._objects)
@@ -213,7 +216,7 @@ class WorkloadCache:
         else:
             del self._asks[key]
         if measured is not None:
-            self._startup[key] = max(0.0, measured)
+            self._startup.setdefault(key, StartupTimes()).add(measured)
 
     # ---------------------------------------------------------------------------------------------- watch events
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from controller.model.rule import QueueScalerSpec
@@ -30,6 +30,35 @@ class Reason(StrEnum):
     POLL_FAILED = "PollFailed"
     FALLBACK = "Fallback"
     PAUSED = "Paused"
+
+
+# How many of a target's last measured start-up times are kept: the policy assumes their lower median.
+STARTUP_SAMPLES = 5
+
+
+@dataclass
+class StartupTimes:
+    """A target's last measured start-up times (asked -> ready), and the one to assume: their lower median.
+
+    One scale-up can take far longer than a pod's start-up: its pods stuck for an hour (an image that cannot be
+    pulled, a quota) until someone fixed it. Taken alone, that hour became every later start-up: a rate-mode rule
+    projected its trend over an hour (a rise of 0.1/s asked for three times the replicas) and held idle capacity
+    as long. The lower median of the last STARTUP_SAMPLES needs most of them to move: one outlier moves nothing,
+    a target that really became slower moves it at its third slow start-up."""
+
+    samples: list[float] = field(default_factory=list)
+
+    def add(self, seconds: float) -> None:
+        self.samples.append(max(0.0, seconds))
+        del self.samples[:-STARTUP_SAMPLES]
+
+    @property
+    def value(self) -> float | None:
+        """The lower median of the samples (None until one is measured)."""
+        if not self.samples:
+            return None
+        ordered = sorted(self.samples)
+        return ordered[(len(ordered) - 1) // 2]
 
 
 @dataclass(frozen=True)

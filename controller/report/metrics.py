@@ -48,8 +48,9 @@ class Metrics:
             registry=r,
         )
         self.target_startup = Gauge(
-            "queuescale_target_startup_seconds", "Seconds from the last scale-up the operator asked of a rule's target "
-            "to its readyReplicas reaching the count asked (watched kinds only)", ["namespace", "rule"], registry=r,
+            "queuescale_target_startup_seconds", "Seconds from a scale-up the operator asked of a rule's target to "
+            "its readyReplicas reaching the count asked, the lower median of the last five measured (watched kinds "
+            "only)", ["namespace", "rule"], registry=r,
         )
         self.scale_operations = Counter(
             "queuescale_scale_operations", "Scale writes by direction (up, down) and result (success, error)",

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from controller.model.readings import StartupTimes
 from controller.model.rule import ScaleTargetRef
 
 
@@ -15,9 +16,9 @@ class ScaleState:
 
     `watched`: a watch keeps this target's state current, so reading it again costs nothing and shows a change made
     by someone else at once (the reconciler then reads it on every tick instead of trusting what it last read).
-    `startup_seconds`: the last measured time from a scale-up this operator asked for to the target's ready
-    replicas reaching the count asked (None until one is measured). The policy assumes it when the rule states no
-    `startupTime` (policy.startup_time).
+    `startup_seconds`: the time from a scale-up this operator asked for to the target's ready replicas reaching the
+    count asked, the lower median of the last five measured (StartupTimes; None until one is measured). The policy
+    assumes it when the rule states no `startupTime` (policy.startup_time).
     `removal`: after a scale-in, how the pods removed were chosen (the rule's `inFlight`), for its event;
     `removal_failed`: they could not be chosen by their work, and `removal` says why.
     `removal_blind`: they were not the least busy of all the ready ones (the choice failed, or a rollout's
@@ -41,15 +42,16 @@ class StartupMeter:
     scaled down below before its pods came is never measured; of several met together, the last asked wins."""
 
     asks: list[tuple[float, int]] = field(default_factory=list)  # (asked at, replicas), oldest first
-    last: float | None = None
+    times: StartupTimes = field(default_factory=StartupTimes)
 
     def asked(self, at: float, replicas: int) -> None:
         self.asks.append((at, replicas))
 
     def follow(self, replicas: int, reached: Callable[[int, float], float | None]) -> float | None:
         """Move the asks along: `replicas` asked for now; `reached(n, since)` is when the ready replicas reached
-        `n` at or after `since` (None: not yet). Returns the last start-up measured."""
+        `n` at or after `since` (None: not yet). Returns the start-up to assume (StartupTimes.value)."""
         kept = []
+        measured: float | None = None
         for asked_at, wanted in self.asks:
             if replicas < wanted:
                 continue
@@ -57,9 +59,11 @@ class StartupMeter:
             if met is None:
                 kept.append((asked_at, wanted))
             else:
-                self.last = max(0.0, met - asked_at)
+                measured = met - asked_at  # of several met together, the last asked
         self.asks = kept
-        return self.last
+        if measured is not None:
+            self.times.add(measured)
+        return self.times.value
 
 
 class TargetError(Exception):

@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client as kube_client
 
 from controller.kube.workloads import WorkloadCache
+from controller.targets.base import StartupMeter
 from tests.azurite import Azurite
 from tests.fakekube.server import FakeKube
 from tests.operator_harness import (
@@ -360,3 +361,45 @@ async def test_a_scale_up_asked_or_met_during_a_rollout_measures_no_start_up() -
     clock.time += 1.0
     await sets.upsert(deployment_seen(3, 2, version=31, generation=2, observed=2, old=1))
     assert cache.startup_seconds("StatefulSet", NS, "w") == pytest.approx(1.0)
+
+
+async def test_one_scale_up_whose_pods_were_stuck_moves_the_assumed_start_up_only_with_two_more_like_it() -> None:
+    # Start-ups of 2 s, then one whose pods were stuck for an hour (an image that could not be pulled until
+    # someone fixed it). Assumed alone, that hour made a rate-mode rule with a rise of 0.1/s ask for three times
+    # its replicas (5 -> 16, a 2-minute objective, 2 s jobs). The lower median of the last five keeps 2 s; a
+    # target that really became slower moves it at its third slow start-up. The simulated and local targets'
+    # StartupMeter keeps the same samples (StartupTimes).
+    clock = Clock()
+    cache = WorkloadCache(now=clock.now)
+    handler = cache.handler("Deployment")
+    version, generation = 10, 1
+    await handler.sync(None, [deployment_seen(1, 1, version=version, generation=generation, observed=generation)])
+
+    async def scale_up(to: int, takes: float) -> float | None:
+        nonlocal version, generation
+        cache.asked("Deployment", NS, "w", to, written_against=str(version))
+        version, generation = version + 1, generation + 1
+        await handler.upsert(deployment_seen(to, to - 1, version=version, generation=generation,
+                                             observed=generation))
+        clock.time += takes
+        version += 1
+        await handler.upsert(deployment_seen(to, to, version=version, generation=generation, observed=generation))
+        return cache.startup_seconds("Deployment", NS, "w")
+
+    assert await scale_up(2, 2.0) == pytest.approx(2.0)
+    assert await scale_up(3, 2.0) == pytest.approx(2.0)
+    assert await scale_up(4, 3600.0) == pytest.approx(2.0)  # before: 3600
+    assert await scale_up(5, 2.0) == pytest.approx(2.0)
+    assert await scale_up(6, 9.0) == pytest.approx(2.0)
+    assert await scale_up(7, 9.0) == pytest.approx(9.0)  # the last five: 2, 3600, 2, 9, 9
+    assert await scale_up(8, 9.0) == pytest.approx(9.0)
+
+
+def test_the_simulated_and_local_targets_meter_assumes_the_same_lower_median() -> None:
+    meter = StartupMeter()
+    ready_at = {2: 12.0, 3: 3620.0, 4: 4002.0}  # asked at 10, 20, 4000: 2 s, 3600 s, 2 s
+    for asked_at, asked in ((10.0, 2), (20.0, 3), (4000.0, 4)):
+        meter.asked(asked_at, asked)
+        assert meter.follow(asked, lambda n, since: ready_at[n] if ready_at[n] >= since else None) == (
+            pytest.approx(2.0))
+    assert meter.times.samples == [2.0, 3600.0, 2.0]
