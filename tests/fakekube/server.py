@@ -40,6 +40,7 @@ from tests.fakekube.resources import (
     NAMESPACES,
     PODS,
     REPLICASETS,
+    STATEFULSETS,
     Obj,
     ResourceType,
 )
@@ -295,7 +296,7 @@ class FakeKube:
             self.controller.pod_hook = hook
 
     def workload_pods(self, name: str, namespace: str = "default", kind: str = "Deployment") -> list[Obj]:
-        """The active pods of a Deployment (those of its ReplicaSets) or of a ReplicaSet, by name (with
+        """The active pods of a Deployment (those of its ReplicaSets), a ReplicaSet or a StatefulSet, by name (with
         `pods=True`)."""
         workload = self.get("apps/v1", kind, name, namespace)
         with self.store.lock:
@@ -545,7 +546,7 @@ class _WorkloadController:
         with self.store.lock:
             self.delay = seconds
             if self.pods and seconds is not None:
-                for rt in (DEPLOYMENTS, REPLICASETS):
+                for rt in (DEPLOYMENTS, REPLICASETS, STATEFULSETS):
                     self.pending.update((rt.key, ns, name) for ns, name in self.store.objects[rt.key])
             self.store.changed.notify_all()
 
@@ -556,7 +557,7 @@ class _WorkloadController:
             if owner is not None and not self._acting:
                 self.pending.add(owner)  # synced by the thread, once the request that changed the pod is done
             return
-        if self.pods and rt.key in (DEPLOYMENTS.key, REPLICASETS.key):
+        if self.pods and rt.key in (DEPLOYMENTS.key, REPLICASETS.key, STATEFULSETS.key):
             if not self._acting:
                 self.sync_pods((rt.key, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
                 owner = self._owner_key(obj) if rt.key == REPLICASETS.key else None
@@ -591,7 +592,8 @@ class _WorkloadController:
 
     def _owner_key(self, pod: Obj) -> _WorkloadKey | None:
         for reference in pod["metadata"].get("ownerReferences") or []:
-            rt = {"Deployment": DEPLOYMENTS, "ReplicaSet": REPLICASETS}.get(str(reference.get("kind")))
+            rt = {"Deployment": DEPLOYMENTS, "ReplicaSet": REPLICASETS, "StatefulSet": STATEFULSETS}.get(
+                str(reference.get("kind")))
             if reference.get("controller") and rt is not None and reference.get("apiVersion") == rt.api_version:
                 return rt.key, pod["metadata"].get("namespace", ""), str(reference.get("name"))
         return None
@@ -609,6 +611,9 @@ class _WorkloadController:
         None)."""
         if key[0] == DEPLOYMENTS.key:
             self.sync_deployment(key)
+            return
+        if key[0] == STATEFULSETS.key:
+            self.sync_stateful_set(key)
             return
         rt = REPLICASETS
         workload = self.store.objects[rt.key].get((key[1], key[2]))
@@ -781,7 +786,46 @@ class _WorkloadController:
         with contextlib.suppress(ApiError):
             self.store.create(CORE_EVENTS, namespace, event, manager="kube-controller-manager")
 
-    def _start_pod(self, rt: ResourceType, workload: Obj) -> bool:
+    def sync_stateful_set(self, key: _WorkloadKey) -> None:
+        """The StatefulSet controller's scaling, one pass (pkg/controller/statefulset/stateful_set_control.go,
+        `updateStatefulSet`): a pod `<name>-<ordinal>` for each ordinal below spec.replicas. With OrderedReady (the
+        default) a pod is made only once every lower ordinal's is Running and Ready, so a scale-up of k pods takes
+        k start-ups; with Parallel all at once. A scale-down removes the highest ordinals first; with OrderedReady
+        not while a lower ordinal's pod is unhealthy. Status from the pods. Not done: revisions (a changed template
+        replaces no pod), volume claims, minReadySeconds, and the one-deletion-at-a-time wait (the fake's deletions
+        are complete when answered)."""
+        sts = self.store.objects[STATEFULSETS.key].get((key[1], key[2]))
+        if sts is None or self.delay is None:
+            return
+        name = str(sts["metadata"]["name"])
+        spec = sts.get("spec") or {}
+        ordered = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
+        wanted = int(spec.get("replicas", 1))
+        acting, self._acting = self._acting, True
+        try:
+            owned = {int(suffix): pod for pod in self.owned_pods(sts)
+                     if (suffix := str(pod["metadata"]["name"]).removeprefix(f"{name}-")).isdigit()}
+            for ordinal in range(wanted):
+                if ordinal not in owned and not self._start_pod(STATEFULSETS, sts, ordinal=ordinal):
+                    break
+                if ordered and not (ordinal in owned and fake_pods.is_ready(owned[ordinal])):
+                    break  # the next ordinal waits for this one to be Running and Ready
+            for ordinal in sorted((o for o in owned if o >= wanted), reverse=True):
+                if ordered and any(not fake_pods.is_ready(owned[o]) for o in owned if o < ordinal):
+                    break
+                self.pods_due.pop((key[1], owned[ordinal]["metadata"]["name"]), None)
+                self.store.delete(PODS, key[1], owned[ordinal]["metadata"]["name"])
+            pods = self.owned_pods(sts)
+            status = self._status(sts, len(pods), sum(1 for pod in pods if fake_pods.is_ready(pod)))
+            status["currentReplicas"] = len(pods)
+            if sts.get("status") != status:
+                self._write_status(STATEFULSETS, key[1], key[2], status)
+        except ApiError:
+            pass  # e.g. its namespace is terminating
+        finally:
+            self._acting = acting
+
+    def _start_pod(self, rt: ResourceType, workload: Obj, *, ordinal: int | None = None) -> bool:
         """Create one pod of the workload as the ReplicaSet controller does, then report it running as the kubelet
         does; the test's pod hook may edit it first. A hook that raises is a failed create (False): no pod, a
         FailedCreate event on the ReplicaSet as the ReplicaSet controller writes one, and the error kept for
@@ -789,9 +833,17 @@ class _WorkloadController:
         left the test waiting for pods that never came)."""
         namespace = workload["metadata"].get("namespace", "")
         prefix, pod = fake_pods.pod_for(workload, rt.kind, rt.api_version)
-        name = prefix + fake_pods.random_suffix()
-        while (namespace, name) in self.store.objects[PODS.key]:
+        if ordinal is not None:  # a StatefulSet's: its name, labels and hostname say its ordinal
+            name = f"{prefix}{ordinal}"
+            pod["metadata"]["labels"].update({"statefulset.kubernetes.io/pod-name": name,
+                                              "apps.kubernetes.io/pod-index": str(ordinal)})
+            pod["spec"]["hostname"] = name
+            if (workload.get("spec") or {}).get("serviceName"):
+                pod["spec"]["subdomain"] = workload["spec"]["serviceName"]
+        else:
             name = prefix + fake_pods.random_suffix()
+            while (namespace, name) in self.store.objects[PODS.key]:
+                name = prefix + fake_pods.random_suffix()
         pod["metadata"].update(name=name, namespace=namespace)
         ready = self.delay == 0
         pod["status"] = fake_pods.running_status(pod, ready=ready, now=now_rfc3339())
