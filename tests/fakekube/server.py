@@ -806,9 +806,15 @@ class _WorkloadController:
             owned = {int(suffix): pod for pod in self.owned_pods(sts)
                      if (suffix := str(pod["metadata"]["name"]).removeprefix(f"{name}-")).isdigit()}
             for ordinal in range(wanted):
-                if ordinal not in owned and not self._start_pod(STATEFULSETS, sts, ordinal=ordinal):
-                    break
-                if ordered and not (ordinal in owned and fake_pods.is_ready(owned[ordinal])):
+                if ordinal not in owned:
+                    if not self._start_pod(STATEFULSETS, sts, ordinal=ordinal):
+                        break
+                    if ordered:
+                        # The pod's own create brings the next pass, as the controller's watch of its pods would
+                        # (one made ready at once, with no delay, turns ready no later).
+                        self.pending.add(key)
+                        break
+                elif ordered and not fake_pods.is_ready(owned[ordinal]):
                     break  # the next ordinal waits for this one to be Running and Ready
             for ordinal in sorted((o for o in owned if o >= wanted), reverse=True):
                 if ordered and any(not fake_pods.is_ready(owned[o]) for o in owned if o < ordinal):

@@ -103,3 +103,14 @@ def test_a_scale_down_removes_the_highest_ordinals_and_a_deleted_pod_comes_back_
     kubectl(fake, tmp_path, "delete", "pod", "web-0", "-n", NS)
     watch_pods(fake, lambda state: state == [("web-0", True)])
     assert fake.get("v1", "Pod", "web-0", NS)["metadata"]["uid"] != uid
+
+
+def test_pods_ready_at_once_still_come_one_after_the_other_to_the_full_count() -> None:
+    # With no ready delay each pod is ready when made; the next ordinal must still come (a pass per pod).
+    server = FakeKube(pods=True).start()
+    try:
+        server.ensure_namespace(NS)
+        server.create(stateful_set(3))
+        watch_pods(server, lambda state: state == [("web-0", True), ("web-1", True), ("web-2", True)])
+    finally:
+        server.stop()
