@@ -236,7 +236,10 @@ def test_the_chart_grants_pods_only_with_rbac_pods_and_the_scale_in_happens_eith
         kept = sorted(pods.count_of_port[p["spec"]["containers"][0]["ports"][0]["containerPort"]]
                       for p in cluster.workload_pods("renders", NS))
         (event,) = wait_for("the ScaledDown event", lambda: scaled_down(cluster, "renders"))
-        unread = [e for e in events(cluster, "renders") if e["reason"] == "InFlightUnread"]
+        # The Warning is written just after the ScaledDown event: waited for where it is expected.
+        unread = [e for e in events(cluster, "renders") if e["reason"] == "InFlightUnread"] if granted else wait_for(
+            "the InFlightUnread warning",
+            lambda: [e for e in events(cluster, "renders") if e["reason"] == "InFlightUnread"])
         if granted:
             assert kept == [2, 3]
             assert "the 2 least busy of 4 ready pods go, holding 0 of the 5" in event["message"]
