@@ -104,6 +104,33 @@ def kube(fake_kube: FakeKube) -> FakeKube:
     return install_rules(fake_kube)
 
 
+KUBECTL = ROOT / ".tools" / "kubectl" / "kubectl"
+
+
+def kubectl_in(kubeconfig: Path, *args: str) -> None:
+    """The real kubectl in NS, which must succeed."""
+    subprocess.run([str(KUBECTL), "--kubeconfig", str(kubeconfig), "-n", NS, *args], check=True, timeout=60,
+                   capture_output=True)
+
+
+def replica_sets(kube: FakeKube) -> list[dict[str, Any]]:
+    return kube.list_objects("apps/v1", "ReplicaSet", NS)
+
+
+def start_rollout(kube: FakeKube, api: kube_client.ApiClient, kubeconfig: Path, name: str,
+                  first_ready_after: float) -> None:
+    """A Deployment `name` of four ready pods, then `kubectl set image` and its rollout's first step: surge 1 and
+    unavailable 1 (25 % of 4), so a new ReplicaSet of 2 beside the old one at 3, whose new pods are ready
+    `first_ready_after` seconds after they are made (with a cluster_with_pods fake)."""
+    deployment(api, name, 4)
+    wait_for("four ready pods", lambda: (kube.get("apps/v1", "Deployment", name, NS).get("status") or {}).get(
+        "readyReplicas") == 4)
+    kube.set_ready_delay(first_ready_after)
+    kubectl_in(kubeconfig, "set", "image", f"deployment/{name}", "worker=worker:2")
+    wait_for("the rollout's first step", lambda: sorted(int(rs["spec"]["replicas"]) for rs in replica_sets(kube))
+             == [2, 3], timeout=20)
+
+
 def cluster_with_pods(pod_hook: Callable[[Any], None] | None = None) -> Iterator[FakeKube]:
     """A fake API server whose workload controllers make pods (`pod_hook` sees each new one), with the rules
     installed; stopped when the generator is closed. For a fixture to yield from."""

@@ -26,22 +26,24 @@ from tests.fakekube.resources import Obj
 from tests.fakekube.server import FakeKube
 from tests.loopback import LoopbackServer, Reply, always
 from tests.operator_harness import (
+    KUBECTL,
     NS,
-    ROOT,
     Operator,
     cluster_with_pods,
     deployment,
     events,
+    kubectl_in,
     make_queue,
     queue_name,
+    replica_sets,
     replicas,
     rule,
     secret,
+    start_rollout,
     status,
     wait_for,
 )
 
-KUBECTL = ROOT / ".tools" / "kubectl" / "kubectl"
 COST = "controller.kubernetes.io/pod-deletion-cost"
 REVISION = "deployment.kubernetes.io/revision"
 COUNTS = [3, 0, 2, 0]  # what the pods made first, second, ... hold
@@ -94,9 +96,13 @@ SHARE = 7.5
 
 
 def stopped(cluster: FakeKube, name: str) -> float:
-    """What the rule's account says its scale-ins stopped."""
-    pair = status(cluster, name)["memory"]["stopped"]
-    return float(pair[1])
+    """What the rule's account says its scale-ins stopped, once its status carries it (the status is written
+    after the scale-in's events)."""
+    def account() -> float | None:
+        pair = (status(cluster, name).get("memory") or {}).get("stopped")
+        return None if pair is None else float(pair[1])
+    found: float = wait_for("the account of stops in the status", account)
+    return found
 
 
 def setup(cluster: FakeKube, azurite: Azurite, tmp_path: Path, name: str, **spec: Any) -> kube_client.ApiClient:
@@ -139,7 +145,7 @@ def test_the_idle_pods_go_and_the_busy_keep_their_work(
         wait_for("the scale-in to 2", lambda: replicas(cluster, "renders") == 2 and
                  len(cluster.workload_pods("renders", NS)) == 2, timeout=30)
         # The least busy of all went: the account counts what they hold in expectation, not their share.
-        assert wait_for("the account", lambda: stopped(cluster, "renders")) == pytest.approx(
+        assert stopped(cluster, "renders") == pytest.approx(
             kills.least_busy_hold(15.0, 4, 10, 2), rel=0.01)
         kept = kubectl_costs(cluster.write_kubeconfig(tmp_path / "kubectl"))
         assert sorted(pods.count_of_port[port] for port in kept) == [2, 3]  # the two holding nothing went
@@ -173,25 +179,18 @@ def test_a_scale_in_during_a_rollout_does_not_call_its_pods_the_least_busy_of_al
     admin = cluster.write_kubeconfig(tmp_path / "kubectl")
     queue = queue_name()
     make_queue(azurite, queue, 15)
-    deployment(api, "renders", 4)
-    wait_for("four ready pods", lambda: len([p for p in cluster.workload_pods("renders", NS) if _ready(p)]) == 4)
-    cluster.set_ready_delay(3.0)  # the new pods take 3 s: the rollout moves a step at a time
-    run = [str(KUBECTL), "--kubeconfig", str(admin), "-n", NS]
-    subprocess.run([*run, "set", "image", "deployment/renders", "worker=worker:2"], check=True, timeout=30,
-                   capture_output=True)
+    start_rollout(cluster, api, admin, "renders", 3.0)  # the new pods take 3 s: the rollout moves a step at a time
 
     def sets() -> list[Obj]:
-        return cluster.list_objects("apps/v1", "ReplicaSet", NS)
+        return replica_sets(cluster)
 
-    # Surge 1, unavailable 1: new 2 and old 3, then once those 2 are ready old 1 and new 4 (2 of them ready). The
-    # second step's pods take long enough that the pause comes before they are ready, however slow the machine.
-    wait_for("the rollout's first step", lambda: sorted(int(rs["spec"]["replicas"]) for rs in sets()) == [2, 3],
-             timeout=20)
+    # New 2 and old 3, then once those 2 are ready old 1 and new 4 (2 of them ready). The second step's pods take
+    # long enough that the pause comes before they are ready, however slow the machine.
     cluster.set_ready_delay(30.0)
     wait_for("ready pods in both ReplicaSets", lambda: sorted(
         (int(rs["spec"]["replicas"]), int(rs["status"].get("readyReplicas") or 0)) for rs in sets()) == [
         (1, 1), (4, 2)], timeout=20)
-    subprocess.run([*run, "rollout", "pause", "deployment/renders"], check=True, timeout=30, capture_output=True)
+    kubectl_in(admin, "rollout", "pause", "deployment/renders")
     secret(api, "renders-queue", {"connection": azurite.connection_string}, allowed_rules="renders")
     rule(api, "renders", queue, "renders-queue", inFlight={"port": "in-flight"}, policy=ACCOUNTED)
     operator = Operator(cluster.write_kubeconfig(tmp_path / "operator"), tmp_path / "operator.log").start()

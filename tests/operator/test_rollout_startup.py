@@ -9,7 +9,6 @@ rollout is complete, the next scale-up is measured as before.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,20 +21,20 @@ from tests.fakekube.resources import Obj
 from tests.fakekube.server import FakeKube
 from tests.operator_harness import (
     NS,
-    ROOT,
     Operator,
     cluster_with_pods,
-    deployment,
+    kubectl_in,
     make_queue,
     queue_name,
+    replica_sets,
     replicas,
     rule,
     secret,
+    start_rollout,
     status,
     wait_for,
 )
 
-KUBECTL = ROOT / ".tools" / "kubectl" / "kubectl"
 START = 3.0  # seconds a new pod takes to be ready
 
 
@@ -54,23 +53,18 @@ def test_a_scale_up_met_by_a_paused_rollouts_surge_pods_is_not_a_start_up(
     cluster: FakeKube, azurite: Azurite, tmp_path: Path
 ) -> None:
     api = config.new_client_from_config(config_file=str(cluster.write_kubeconfig(tmp_path / "admin")))
-    run = [str(KUBECTL), "--kubeconfig", str(cluster.write_kubeconfig(tmp_path / "kubectl")), "-n", NS]
+    admin = cluster.write_kubeconfig(tmp_path / "kubectl")
     queue = queue_name()
     messages = make_queue(azurite, queue, 0)
-    deployment(api, "renders", 4)
-    wait_for("four ready pods", lambda: counts(cluster, "renders")["readyReplicas"] == 4)
-    cluster.set_ready_delay(2 * START)  # the rollout's first pods: time enough to pause before they are ready
-    subprocess.run([*run, "set", "image", "deployment/renders", "worker=worker:2"], check=True, timeout=30,
-                   capture_output=True)
+    # The rollout's first pods take time enough to pause before they are ready.
+    start_rollout(cluster, api, admin, "renders", 2 * START)
 
     def sets() -> list[Obj]:
-        return cluster.list_objects("apps/v1", "ReplicaSet", NS)
+        return replica_sets(cluster)
 
-    # Surge 1, unavailable 1: new 2 and old 3 at once. Paused there (before the new pods are ready, 6 s), the new
-    # ReplicaSet is not saturated (2 of 4), so nothing more moves: once its pods are ready, 5 ready for a spec of 4.
-    wait_for("pods in both ReplicaSets", lambda: sorted(int(rs["spec"]["replicas"]) for rs in sets()) == [2, 3],
-             timeout=20)
-    subprocess.run([*run, "rollout", "pause", "deployment/renders"], check=True, timeout=30, capture_output=True)
+    # New 2 and old 3. Paused there (before the new pods are ready, 6 s), the new ReplicaSet is not saturated (2 of
+    # 4), so nothing more moves: once its pods are ready, 5 ready for a spec of 4.
+    kubectl_in(admin, "rollout", "pause", "deployment/renders")
     cluster.set_ready_delay(START)
     wait_for("5 ready for 4", lambda: counts(cluster, "renders") == {
         "replicas": 5, "updatedReplicas": 2, "readyReplicas": 5}, timeout=20,
@@ -88,10 +82,8 @@ def test_a_scale_up_met_by_a_paused_rollouts_surge_pods_is_not_a_start_up(
         # start-up of every later scale-up.
         assert status(cluster, "renders").get("startupSeconds") is None
 
-        subprocess.run([*run, "rollout", "resume", "deployment/renders"], check=True, timeout=30,
-                       capture_output=True)
-        subprocess.run([*run, "rollout", "status", "deployment/renders", "--timeout=30s"], check=True, timeout=40,
-                       capture_output=True)
+        kubectl_in(admin, "rollout", "resume", "deployment/renders")
+        kubectl_in(admin, "rollout", "status", "deployment/renders", "--timeout=30s")
         wait_for("the rollout complete", lambda: (
             c := counts(cluster, "renders"))["replicas"] == c["updatedReplicas"] == c["readyReplicas"] == 5)
         for i in range(25):  # 70 in all: 7
